@@ -1,0 +1,119 @@
+"""irgrad dtypes: TensorFlow-style names over numpy dtypes and MLIR element types."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class DType:
+    """A tensor element type (``ig.float32``...). Compares equal to its name and numpy dtype."""
+
+    __slots__ = ("name", "_np")
+
+    def __init__(self, name: str, np_dtype):
+        self.name = name
+        self._np = np_dtype
+
+    @property
+    def as_numpy_dtype(self):
+        """The numpy scalar type (bfloat16 has none in numpy: float32 stands in)."""
+        return self._np
+
+    @property
+    def is_floating(self) -> bool:
+        return self.name in ("float16", "bfloat16", "float32", "float64")
+
+    @property
+    def is_integer(self) -> bool:
+        return self.name.startswith(("int", "uint"))
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self.name.startswith("uint") or self.name == "bool"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.name == "bool"
+
+    @property
+    def base_dtype(self) -> "DType":
+        return self
+
+    @property
+    def min(self):
+        return np.finfo(self._np).min if self.is_floating else np.iinfo(self._np).min
+
+    @property
+    def max(self):
+        return np.finfo(self._np).max if self.is_floating else np.iinfo(self._np).max
+
+    def __repr__(self) -> str:
+        return f"ig.{self.name}"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, DType):
+            return self.name == other.name
+        try:
+            return self.name == as_dtype(other).name
+        except TypeError:
+            return False
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+float16 = DType("float16", np.float16)
+bfloat16 = DType("bfloat16", np.float32)
+float32 = DType("float32", np.float32)
+float64 = DType("float64", np.float64)
+int8 = DType("int8", np.int8)
+int16 = DType("int16", np.int16)
+int32 = DType("int32", np.int32)
+int64 = DType("int64", np.int64)
+uint8 = DType("uint8", np.uint8)
+uint16 = DType("uint16", np.uint16)
+uint32 = DType("uint32", np.uint32)
+uint64 = DType("uint64", np.uint64)
+bool_ = DType("bool", np.bool_)
+half, double = float16, float64
+
+_BY_NAME = {d.name: d for d in (float16, bfloat16, float32, float64, int8, int16, int32, int64,
+                                uint8, uint16, uint32, uint64, bool_)}
+_BY_NAME.update({"half": float16, "float": float32, "double": float64})
+
+
+def as_dtype(value) -> DType:
+    """An irgrad DType from a DType, a name ('float32'), a numpy dtype or a Python type."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str) and value in _BY_NAME:
+        return _BY_NAME[value]
+    if value is float:
+        return float32
+    if value is int:
+        return int32
+    if value is bool:
+        return bool_
+    try:
+        name = np.dtype(value).name
+    except TypeError:
+        name = None
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    raise TypeError(f"cannot interpret {value!r} as an irgrad dtype; "
+                    f"supported: {', '.join(sorted(n for n in _BY_NAME if n not in ('half', 'float', 'double')))}")
+
+
+def default_dtype_of(value) -> DType:
+    """The dtype TensorFlow gives a Python or numpy value (Python float -> float32)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        return as_dtype(value.dtype)
+    arr = np.asarray(value)
+    if arr.dtype == np.bool_:
+        return bool_
+    if arr.dtype.kind == "f":
+        return float32
+    if arr.dtype.kind in "iu":
+        return int32 if arr.size == 0 or (np.abs(arr).max() < 2**31) else int64
+    raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a tensor")

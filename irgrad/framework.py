@@ -1,0 +1,349 @@
+"""Graphs, tensors and operations.
+
+A :class:`Graph` *is* a ``func.func`` being built in an MLIR module: every op
+the user calls is created immediately as a StableHLO op (through
+:mod:`irgrad.passes.hlo`) at the end of the graph's current block, located
+with the user's op name. A :class:`Tensor` wraps one SSA value. Placeholders
+and traced-function arguments are block arguments; ``ig.gradients`` runs the
+reverse-mode driver of :mod:`irgrad.passes` on the same block, so gradients
+are ordinary tensors that can be differentiated again.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import threading
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from . import dtypes
+from .passes import hlo
+from .passes.mlir import context, dtype_name, elem, element_type, ir, shape as value_shape
+
+_HOW_TO_TRACE = (
+    "irgrad ops build a graph: call them inside a function decorated with @ig.function, "
+    "or inside `with ig.Graph().as_default():`")
+
+
+class TensorShape(tuple):
+    """A static shape; compares equal to lists and tuples of the same dims."""
+
+    def as_list(self) -> list[int]:
+        return list(self)
+
+    @property
+    def rank(self) -> int:
+        return len(self)
+
+    ndims = rank
+
+    def num_elements(self) -> int:
+        return int(np.prod(self, dtype=np.int64))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (list, tuple)):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __ne__(self, other) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return f"TensorShape({list(self)})"
+
+
+# ----- default graph ------------------------------------------------------------------
+
+class _State(threading.local):
+    def __init__(self):
+        self.graphs: list[Graph] = []
+
+
+_state = _State()
+
+
+def get_default_graph() -> "Graph":
+    """The graph ops are added to: the innermost ``as_default()`` or traced function."""
+    if not _state.graphs:
+        raise RuntimeError(f"no default graph. {_HOW_TO_TRACE}")
+    return _state.graphs[-1]
+
+
+def has_default_graph() -> bool:
+    return bool(_state.graphs)
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name or "op")
+    return name if name and not name[0].isdigit() else "_" + name
+
+
+class Graph:
+    """A dataflow graph under construction: one ``func.func`` in its own MLIR module."""
+
+    _ids = itertools.count()
+
+    def __init__(self, name: str = "main"):
+        self.name = _sanitize(name)
+        with context(), ir.Location.unknown():
+            self.module = ir.Module.create()
+            with ir.InsertionPoint(self.module.body):
+                self.func, block = hlo.func(self.name, [], [])
+        self._blocks: list[ir.Block] = [block]
+        self._name_counts: dict[str, int] = {}
+        self._ops: dict[ir.Operation, Operation] = {}
+        self._arg_names: dict[ir.Value, str] = {}
+        self.placeholders: list[Tensor] = []
+        self.variable_reads: dict[Any, Tensor] = {}   # Variable -> its argument tensor
+        self.variable_values: dict[Any, Tensor] = {}  # Variable -> current value
+        self.gradient_overrides: list[dict[str, str]] = []
+        self.op_gradient_names: dict[ir.Operation, str] = {}
+        self.custom_gradients: dict[ir.Operation, Any] = {}
+        self._private_funcs: dict[str, str] = {}
+        self.id = next(Graph._ids)
+
+    # --- scoping ---
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator["Graph"]:
+        _state.graphs.append(self)
+        try:
+            yield self
+        finally:
+            _state.graphs.pop()
+
+    def unique_name(self, name: str) -> str:
+        base = _sanitize(name)
+        n = self._name_counts.get(base, 0)
+        self._name_counts[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    @contextlib.contextmanager
+    def op_scope(self, name: str) -> Iterator[str]:
+        """Insert ops at the end of the current block, located at a unique ``name``."""
+        unique = self.unique_name(name)
+        with context(), ir.InsertionPoint(self._blocks[-1]), ir.Location.name(unique):
+            yield unique
+
+    @contextlib.contextmanager
+    def in_block(self, block: ir.Block) -> Iterator[None]:
+        """Build ops inside a nested region's block (cond branches, loop bodies)."""
+        self._blocks.append(block)
+        try:
+            yield
+        finally:
+            self._blocks.pop()
+
+    @property
+    def block(self) -> ir.Block:
+        return self._blocks[-1]
+
+    @property
+    def entry_block(self) -> ir.Block:
+        return self._blocks[0]
+
+    # --- arguments ---
+    def add_argument(self, shape: Sequence[int], dtype: dtypes.DType, name: str) -> "Tensor":
+        unique = self.unique_name(name)
+        with context():
+            value = self.entry_block.add_argument(
+                hlo.tensor_type(list(shape), element_type(dtype.name)), ir.Location.name(unique))
+        self._arg_names[value] = unique
+        return Tensor(value, self)
+
+    def wrap_op(self, op: ir.Operation) -> "Operation":
+        op = op.operation
+        w = self._ops.get(op)
+        if w is None:
+            w = self._ops[op] = Operation(op, self)
+        return w
+
+    def arg_name(self, value: ir.Value) -> str:
+        return self._arg_names.get(value, "arg")
+
+    # --- private functions (composite decompositions) ---
+    def private_function(self, key: str, build) -> str:
+        """A private func in this graph's module, built once per key by ``build(name)``."""
+        name = self._private_funcs.get(key)
+        if name is None:
+            name = self._private_funcs[key] = f"irgrad.{_sanitize(key)}"
+            with context(), ir.Location.unknown(), ir.InsertionPoint(self.module.body):
+                build(name)
+        return name
+
+    def __repr__(self) -> str:
+        return f"<ig.Graph {self.name!r}>"
+
+
+class Operation:
+    """A graph op. ``.type`` is the StableHLO op name it lowers to."""
+
+    def __init__(self, op: ir.Operation, graph: Graph):
+        self._op = op
+        self.graph = graph
+
+    @property
+    def type(self) -> str:
+        return self._op.name
+
+    @property
+    def name(self) -> str:
+        loc = self._op.location
+        try:
+            return loc.name_str
+        except AttributeError:
+            return self._op.name
+
+    @property
+    def inputs(self) -> list["Tensor"]:
+        return [Tensor(v, self.graph) for v in self._op.operands]
+
+    @property
+    def outputs(self) -> list["Tensor"]:
+        return [Tensor(v, self.graph) for v in self._op.results]
+
+    @property
+    def mlir(self) -> ir.Operation:
+        return self._op
+
+    def get_attr(self, name: str):
+        """An attribute as a Python value (ints, lists, strings; others as MLIR text)."""
+        try:
+            a = self._op.attributes[name]
+        except KeyError:
+            raise ValueError(f"operation {self.name!r} ({self.type}) has no attribute {name!r}") from None
+        return _attr_to_python(a)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Operation) and other._op == self._op
+
+    def __hash__(self) -> int:
+        return hash(self._op)
+
+    def __repr__(self) -> str:
+        return f"<ig.Operation {self.name!r} type={self.type}>"
+
+
+class _Placeholder:
+    """The pseudo-op of a block argument (a placeholder or a function argument)."""
+
+    type = "Placeholder"
+    inputs: list = []
+
+    def __init__(self, tensor: "Tensor"):
+        self.graph = tensor.graph
+        self.name = tensor.graph.arg_name(tensor.value)
+        self.outputs = [tensor]
+
+    def get_attr(self, name: str):
+        if name == "dtype":
+            return self.outputs[0].dtype
+        if name == "shape":
+            return self.outputs[0].shape
+        raise ValueError(f"placeholder {self.name!r} has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        return f"<ig.Operation {self.name!r} type=Placeholder>"
+
+
+def _attr_to_python(a: ir.Attribute):
+    a = a.maybe_downcast() if hasattr(a, "maybe_downcast") else a
+    for cls, conv in ((ir.DenseI64ArrayAttr, list), (ir.BoolAttr, lambda x: x.value),
+                      (ir.IntegerAttr, lambda x: x.value), (ir.FloatAttr, lambda x: x.value),
+                      (ir.StringAttr, lambda x: x.value), (ir.FlatSymbolRefAttr, lambda x: x.value)):
+        if isinstance(a, cls):
+            return conv(a)
+    if isinstance(a, ir.ArrayAttr):
+        return [_attr_to_python(x) for x in a]
+    if isinstance(a, ir.DenseElementsAttr):
+        try:
+            return np.array(a)
+        except Exception:  # bf16 and other types numpy cannot view
+            return str(a)
+    return str(a)
+
+
+class Tensor:
+    """A symbolic tensor: one SSA value of a graph."""
+
+    __slots__ = ("value", "graph", "__weakref__")
+    __array_priority__ = 100  # numpy defers to our operators
+
+    def __init__(self, value: ir.Value, graph: Graph):
+        self.value = value
+        self.graph = graph
+
+    @property
+    def shape(self) -> TensorShape:
+        return TensorShape(value_shape(self.value))
+
+    def get_shape(self) -> TensorShape:
+        return self.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(value_shape(self.value))
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return dtypes.as_dtype(dtype_name(elem(self.value)))
+
+    @property
+    def op(self):
+        if isinstance(self.value, ir.OpResult):
+            return self.graph.wrap_op(self.value.owner)
+        return _Placeholder(self)
+
+    @property
+    def name(self) -> str:
+        if isinstance(self.value, ir.OpResult):
+            return f"{self.op.name}:{self.value.result_number}"
+        return f"{self.graph.arg_name(self.value)}:0"
+
+    @property
+    def value_index(self) -> int:
+        return self.value.result_number if isinstance(self.value, ir.OpResult) else 0
+
+    def __repr__(self) -> str:
+        return f"<ig.Tensor '{self.name}' shape={tuple(self.shape)} dtype={self.dtype.name}>"
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other) -> bool:  # identity of the SSA value, as TF1 graph tensors
+        return isinstance(other, Tensor) and other.value == self.value
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    def __bool__(self):
+        raise TypeError("Using a symbolic ig.Tensor as a Python bool is not allowed: its value is only "
+                        "known when the compiled function runs. Use ig.cond / ig.where instead.")
+
+    def __len__(self) -> int:
+        if not self.ndim:
+            raise TypeError("len() of a scalar tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.ndim:
+            raise TypeError("iterating over a scalar tensor is not allowed")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(f"cannot convert symbolic tensor {self.name!r} to a numpy array: it has no value "
+                        "until the compiled function runs")
+
+    def numpy(self):
+        raise TypeError(f"{self.name!r} is a symbolic tensor inside a traced function; "
+                        "return it from the function to get its value")
+
+    # Operators are attached in irgrad.ops (which depends on this module).
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, Tensor)

@@ -1,0 +1,346 @@
+"""``ig.function``: trace Python into a graph, lower it to StableHLO, compile and run it.
+
+Arguments follow TensorFlow's ``tf.function`` rules: numpy arrays (and numpy
+scalars) become tensor arguments and are part of the signature by shape and
+dtype; Python scalars, strings and ``None`` are static values baked into the
+trace (one trace per value, so ``if flag:`` works); ``ig.Variable`` objects
+are captured. With an ``input_signature``, every argument is converted to its
+``TensorSpec``.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import dtypes, nest
+from .framework import Graph, Tensor, TensorShape
+from .ops.core import as_numpy, convert_to_tensor
+from .passes import hlo
+from .passes.mlir import context, ir, run_pipeline, verify
+from .variables import Variable
+from .runtime import Artifact, CompileOptions, compile as compile_ir
+
+EMIT_PIPELINE = "builtin.module(func.func(canonicalize,cse),symbol-dce)"
+
+
+class TensorSpec:
+    """The static shape and dtype of a tensor argument."""
+
+    def __init__(self, shape, dtype=dtypes.float32, name: str | None = None):
+        if isinstance(shape, (int, np.integer)):
+            shape = (shape,)
+        dims = tuple(shape)
+        if any(d is None or int(d) < 0 for d in dims):
+            raise ValueError(f"TensorSpec shape {dims} has unknown dimensions; irgrad needs static shapes")
+        self.shape = TensorShape(int(d) for d in dims)
+        self.dtype = dtypes.as_dtype(dtype)
+        self.name = name
+
+    @classmethod
+    def from_value(cls, value) -> "TensorSpec":
+        arr = np.asarray(value)
+        return cls(arr.shape, dtypes.as_dtype(arr.dtype))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorSpec) and (self.shape, self.dtype) == (other.shape, other.dtype)
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.shape), self.dtype.name))
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={tuple(self.shape)}, dtype=ig.{self.dtype.name}, name={self.name!r})"
+
+
+def _symbol(name: str) -> str:
+    import re
+    name = re.sub(r"[^A-Za-z0-9_]", "_", name or "fn")
+    return name if not name[0].isdigit() else "_" + name
+
+
+# ----- traced functions ----------------------------------------------------------------
+
+@dataclass
+class ConcreteFunction:
+    """One trace: its graph, the StableHLO text and (lazily) the compiled module."""
+
+    graph: Graph
+    name: str
+    input_specs: list[TensorSpec]
+    variables: list[Variable]                 # read variables, after the inputs
+    outputs_structure: Any                    # the Python structure fn returned
+    output_slots: list[int | None]            # per leaf: result index, or None for a None leaf
+    updates: list[Variable]                   # assigned variables, results after the outputs
+    mlir: str
+    _modules: dict = field(default_factory=dict)
+
+    def compile(self, target: str = "llvm-cpu", **flags) -> Artifact:
+        return compile_ir(self.mlir, _options(target, flags), producer=_producer())
+
+    def module(self, target: str, device: str | None, flags: dict):
+        key = (target, device, tuple(sorted(flags.items())))
+        m = self._modules.get(key)
+        if m is None:
+            m = self._modules[key] = self.compile(target, **flags).load(device)
+        return m
+
+    def run(self, arrays: list[np.ndarray], target: str, device: str | None, flags: dict):
+        fn = self.module(target, device, flags)[self.name]
+        results = fn.call_flat(*arrays, *[v.numpy() for v in self.variables])
+        n = len(results) - len(self.updates)
+        for var, value in zip(self.updates, results[n:]):
+            var._value = np.array(value)
+        leaves = [None if slot is None else results[slot] for slot in self.output_slots]
+        return nest.pack_sequence_as(self.outputs_structure, leaves)
+
+
+def _producer() -> str:
+    from . import __version__
+    return f"irgrad {__version__}"
+
+
+def _options(target: str, flags: dict) -> CompileOptions:
+    return CompileOptions(target=target, **flags)
+
+
+def trace(fn: Callable, name: str, args: tuple, kwargs: dict) -> ConcreteFunction:
+    """Trace ``fn`` with TensorSpec leaves as arguments into a verified StableHLO module."""
+    graph = Graph(name)
+    specs: list[TensorSpec] = []
+    with graph.as_default():
+        def to_arg(leaf):
+            if isinstance(leaf, TensorSpec):
+                specs.append(leaf)
+                return graph.add_argument(leaf.shape, leaf.dtype, leaf.name or f"arg{len(specs) - 1}")
+            return leaf
+        call_args = nest.map_structure(to_arg, args)
+        call_kwargs = nest.map_structure(to_arg, kwargs)
+        outputs = fn(*call_args, **call_kwargs)
+        leaves = nest.flatten(outputs)
+        values, slots = [], []
+        for leaf in leaves:
+            if leaf is None:
+                slots.append(None)
+                continue
+            t = convert_to_tensor(leaf)
+            slots.append(len(values))
+            values.append(t.value)
+        variables = [v for v, t in graph.variable_reads.items() if t is not None]
+        updates = [v for v, t in graph.variable_values.items() if t is not graph.variable_reads.get(v)]
+        results = values + [graph.variable_values[v].value for v in updates]
+        with context(), ir.Location.name("return"), ir.InsertionPoint(graph.entry_block):
+            hlo.return_(results)
+        hlo.set_function_type(graph.func, [a.type for a in graph.entry_block.arguments],
+                              [r.type for r in results])
+    verify(graph.module, f"traced function {name!r}")
+    return ConcreteFunction(graph, graph.name, specs, variables, outputs, slots, updates,
+                            emit_text(graph.module))
+
+
+def emit_text(module: ir.Module | ir.Operation) -> str:
+    """A cleaned copy of a traced module as StableHLO text with the ops' name locations."""
+    clean = module.operation.clone()
+    try:
+        run_pipeline(clean, EMIT_PIPELINE)
+        return clean.get_asm(enable_debug_info=True)
+    finally:
+        clean.erase()
+
+
+class Function:
+    """A Python function traced per input signature, compiled with IREE and run."""
+
+    def __init__(self, fn: Callable, input_signature: Sequence[TensorSpec] | None = None,
+                 target: str = "llvm-cpu", device: str | None = None, **compile_flags):
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self.name = _symbol(getattr(fn, "__name__", "fn"))
+        self.input_signature = None if input_signature is None else list(input_signature)
+        if self.input_signature is not None:
+            for s in self.input_signature:
+                if not isinstance(s, TensorSpec):
+                    raise TypeError(f"input_signature must hold ig.TensorSpec objects, got {s!r}")
+        self.target = target
+        self.device = device
+        self.compile_flags = compile_flags
+        _options(target, compile_flags)  # reject a bad target or flag now
+        self._signature = _python_signature(fn)
+        self._traces: dict[Any, ConcreteFunction] = {}
+
+    # --- argument handling ---
+    def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if self._signature is None:
+            return args, kwargs
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.name}(): {e}") from None
+        bound.apply_defaults()
+        return bound.args, bound.kwargs
+
+    def _specs_and_arrays(self, args: tuple, kwargs: dict, lowering: bool):
+        """(key, args with TensorSpec leaves, arrays in argument order)."""
+        arrays: list[np.ndarray] = []
+        key_parts: list[Any] = []
+        if self.input_signature is not None:
+            flat = nest.flatten((args, kwargs))
+            if len(flat) != len(self.input_signature):
+                raise TypeError(f"{self.name}() takes {len(self.input_signature)} tensor arguments per its "
+                                f"input_signature, got {len(flat)}")
+            for i, (leaf, spec) in enumerate(zip(flat, self.input_signature)):
+                if isinstance(leaf, TensorSpec):
+                    if not lowering or leaf != spec:
+                        raise TypeError(f"argument {i}: {leaf!r} does not match the input_signature's {spec!r}")
+                    continue
+                arrays.append(_conform(leaf, spec, i, self.name))
+            return ("signature",), nest.pack_sequence_as((args, kwargs), list(self.input_signature)), arrays
+
+        def leaf_spec(leaf):
+            if isinstance(leaf, TensorSpec):
+                key_parts.append(("spec", tuple(leaf.shape), leaf.dtype.name))
+                return leaf
+            if isinstance(leaf, (np.ndarray, np.generic)):
+                arr = np.asarray(leaf)
+                spec = TensorSpec(arr.shape, dtypes.as_dtype(arr.dtype))
+                key_parts.append(("spec", tuple(spec.shape), spec.dtype.name))
+                arrays.append(arr)
+                return spec
+            if isinstance(leaf, Tensor):
+                raise TypeError(f"{self.name}(): got the symbolic tensor {leaf.name!r}; call compiled "
+                                "functions with numpy arrays or Python values")
+            if isinstance(leaf, Variable):
+                key_parts.append(("var", id(leaf)))
+                return leaf
+            try:
+                hash(leaf)
+                key_parts.append(("py", type(leaf).__name__, leaf))
+            except TypeError:
+                key_parts.append(("id", id(leaf)))
+            return leaf
+
+        structure = (args, kwargs)
+        with_specs = nest.map_structure(leaf_spec, structure)
+        key = (tuple(key_parts), _structure_key(structure))
+        return key, with_specs, arrays
+
+    def get_concrete_function(self, *args, **kwargs) -> ConcreteFunction:
+        args, kwargs = self._bind(args, kwargs)
+        key, with_specs, _ = self._specs_and_arrays(args, kwargs, lowering=True)
+        return self._concrete(key, with_specs)
+
+    def _concrete(self, key, with_specs) -> ConcreteFunction:
+        cf = self._traces.get(key)
+        if cf is None:
+            call_args, call_kwargs = with_specs
+            cf = self._traces[key] = trace(self._fn, self.name, call_args, call_kwargs)
+        return cf
+
+    def __call__(self, *args, **kwargs):
+        args, kwargs = self._bind(args, kwargs)
+        key, with_specs, arrays = self._specs_and_arrays(args, kwargs, lowering=False)
+        cf = self._concrete(key, with_specs)
+        return cf.run(arrays, self.target, self.device, self.compile_flags)
+
+    def lower(self, *args, **kwargs) -> "Lowered":
+        """Trace for these arguments (arrays, values or TensorSpecs) without running."""
+        return Lowered(self.get_concrete_function(*args, **kwargs), self)
+
+    @property
+    def trace_count(self) -> int:
+        return len(self._traces)
+
+    def __get__(self, instance, owner):  # methods: bind self as a static argument
+        if instance is None:
+            return self
+        return functools.partial(self.__call__, instance)
+
+    def __repr__(self) -> str:
+        return f"<ig.function {self.name} ({len(self._traces)} traces)>"
+
+
+class Lowered:
+    """A traced function's StableHLO (``.mlir``) and a way to compile it."""
+
+    def __init__(self, concrete: ConcreteFunction, function: Function | None = None):
+        self.concrete = concrete
+        self._function = function
+
+    @property
+    def mlir(self) -> str:
+        return self.concrete.mlir
+
+    @property
+    def graph(self) -> Graph:
+        return self.concrete.graph
+
+    @property
+    def name(self) -> str:
+        return self.concrete.name
+
+    def compile(self, target: str | None = None, **flags) -> Artifact:
+        if target is None and self._function is not None:
+            target, flags = self._function.target, {**self._function.compile_flags, **flags}
+        return self.concrete.compile(target or "llvm-cpu", **flags)
+
+    def __str__(self) -> str:
+        return self.mlir
+
+
+def _python_signature(fn) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _structure_key(structure) -> Any:
+    if isinstance(structure, dict):
+        return ("dict", tuple((k, _structure_key(structure[k])) for k in sorted(structure, key=repr)))
+    if isinstance(structure, (list, tuple)):
+        return (type(structure).__name__, tuple(_structure_key(s) for s in structure))
+    return "."
+
+
+def _conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
+    if isinstance(value, Tensor):
+        raise TypeError(f"{fname}(): argument {index} is a symbolic tensor; pass numpy arrays")
+    if isinstance(value, np.ndarray) and dtypes.as_dtype(value.dtype) != spec.dtype:
+        raise TypeError(f"{fname}(): argument {index} has dtype {value.dtype}, but the input_signature "
+                        f"expects {spec.dtype.name}")
+    arr, _ = as_numpy(value, spec.dtype)
+    if tuple(arr.shape) != tuple(spec.shape):
+        raise ValueError(f"{fname}(): argument {index} has shape {tuple(arr.shape)}, but the "
+                         f"input_signature expects {tuple(spec.shape)}")
+    return arr
+
+
+def function(fn: Callable | None = None, input_signature: Sequence[TensorSpec] | None = None,
+             target: str = "llvm-cpu", device: str | None = None, **compile_flags):
+    """Decorator (with or without arguments) making an ``ig.function``."""
+    if fn is None:
+        return lambda f: Function(f, input_signature, target, device, **compile_flags)
+    return Function(fn, input_signature, target, device, **compile_flags)
+
+
+def export(fn, *specs, name: str | None = None) -> str:
+    """StableHLO module text of ``fn`` traced with ``specs`` (its public function is ``@name``)."""
+    f = fn if isinstance(fn, Function) else Function(fn)
+    if name is not None:
+        f = Function(f._fn, f.input_signature, f.target, f.device, **f.compile_flags)
+        f.name = _symbol(name)
+    if not specs and f.input_signature is not None:
+        specs = tuple(f.input_signature)
+    return f.lower(*specs).mlir
+
+
+def compile(mlir_text_or_lowered, target: str = "llvm-cpu", **flags) -> Artifact:  # noqa: A001
+    """Compile StableHLO text (or a ``Lowered``) with IREE into an ``ig.Artifact``."""
+    if isinstance(mlir_text_or_lowered, Lowered):
+        return mlir_text_or_lowered.compile(target, **flags)
+    if not isinstance(mlir_text_or_lowered, str):
+        raise TypeError(f"ig.compile takes MLIR text or the result of f.lower(), got "
+                        f"{type(mlir_text_or_lowered).__name__}")
+    return compile_ir(mlir_text_or_lowered, _options(target, flags), producer=_producer())

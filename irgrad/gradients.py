@@ -1,0 +1,209 @@
+"""``ig.gradients`` and friends: TensorFlow's graph-gradient API over the reverse-mode pass.
+
+The gradient ops are built by :func:`irgrad.passes.backprop` directly in the
+current graph's block, so the results are ordinary tensors (they can be
+returned, combined, and differentiated again).
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable
+
+from . import dtypes
+from .framework import Tensor
+from .ops.core import convert_to_tensor, current_graph
+from .passes import backprop, hlo
+from .passes.mlir import context, ir
+from .passes.registry import RULES, NONDIFFERENTIABLE
+
+
+class UnconnectedGradients(str, enum.Enum):
+    """What ``gradients`` returns for an ``x`` that does not affect ``ys``."""
+
+    NONE = "none"
+    ZERO = "zero"
+
+
+class AggregationMethod:
+    """How gradient contributions to one tensor are summed (TensorFlow's integer codes)."""
+
+    ADD_N = 0
+    DEFAULT = ADD_N
+    EXPERIMENTAL_TREE = 1
+    EXPERIMENTAL_ACCUMULATE_N = 2
+
+
+_AGGREGATIONS = {AggregationMethod.ADD_N: "add_n", AggregationMethod.EXPERIMENTAL_TREE: "tree",
+                 AggregationMethod.EXPERIMENTAL_ACCUMULATE_N: "add_n"}
+
+
+def _unconnected(value) -> UnconnectedGradients:
+    try:
+        return UnconnectedGradients(value)
+    except ValueError:
+        raise ValueError(f"Unknown value for unconnected_gradients: {value!r}. Accepted: "
+                         "UnconnectedGradients.NONE ('none') and UnconnectedGradients.ZERO ('zero')") from None
+
+
+def _aggregation(value) -> str:
+    if value is None:
+        return "add_n"
+    if isinstance(value, bool) or value not in _AGGREGATIONS:
+        raise ValueError(f"Invalid aggregation_method specified {value!r}. Accepted: "
+                         "AggregationMethod.ADD_N (0), DEFAULT (0), EXPERIMENTAL_TREE (1), "
+                         "EXPERIMENTAL_ACCUMULATE_N (2), or None")
+    return _AGGREGATIONS[value]
+
+
+def _as_list(x) -> list:
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
+
+
+# ----- user gradient functions -----------------------------------------------------------
+
+_USER_GRADIENTS: dict[str, Callable | None] = {}
+
+
+class RegisterGradient:
+    """Decorator: ``@ig.RegisterGradient("name")`` registers ``fn(op, *grads)``."""
+
+    def __init__(self, op_type: str):
+        if not isinstance(op_type, str):
+            raise TypeError(f"op_type must be a string, got {type(op_type).__name__}")
+        self._op_type = op_type
+
+    def __call__(self, fn: Callable) -> Callable:
+        name = self._op_type
+        if name in _USER_GRADIENTS or name in RULES or name in NONDIFFERENTIABLE:
+            raise KeyError(f"Registering two gradient with name '{name}'!")
+        _USER_GRADIENTS[name] = fn
+        return fn
+
+
+def no_gradient(op_type: str) -> None:
+    """TensorFlow's ``NotDifferentiable``: ops of ``op_type`` pass no gradient to their inputs."""
+    if not isinstance(op_type, str):
+        raise TypeError(f"op_type must be a string, got {type(op_type).__name__}")
+    if op_type in _USER_GRADIENTS:
+        raise KeyError(f"Registering two gradient with name '{op_type}'!")
+    _USER_GRADIENTS[op_type] = None
+
+
+NotDifferentiable = no_gradient
+
+
+def _no_gradient_rule(op, cts):
+    return (None,) * len(op.operands)
+
+
+def _user_rule(graph, fn: Callable):
+    """Adapt ``fn(op, *grads)`` (irgrad tensors) to the pass's rule shape (MLIR values)."""
+    def rule(op: ir.Operation, cts):
+        grads = [Tensor(ct if ct is not None else hlo.zeros(r.type), graph) for ct, r in zip(cts, op.results)]
+        with graph.as_default(), graph.in_block(graph.block):
+            out = fn(graph.wrap_op(op), *grads)
+        out = _as_list(out) if out is not None else [None]
+        if len(out) != len(op.operands):
+            raise ValueError(f"gradient function for '{op.name}' returned {len(out)} gradients, expected "
+                             f"{len(op.operands)} (one per input)")
+        values = []
+        for g, x in zip(out, op.operands):
+            values.append(None if g is None else convert_to_tensor(g, dtypes.as_dtype(_dtype(x))).value)
+        return values
+    return rule
+
+
+def _dtype(v: ir.Value) -> str:
+    from .passes.mlir import dtype_name, elem
+    return dtype_name(elem(v))
+
+
+def _rule_for(graph) -> Callable[[ir.Operation], Any]:
+    def rule_for(op: ir.Operation):
+        override = graph.op_gradient_names.get(op)
+        if override is not None:
+            if override not in _USER_GRADIENTS:
+                raise LookupError(f"No gradient defined for operation '{graph.wrap_op(op).name}' "
+                                  f"(op type: {op.name}): gradient_override_map names {override!r}, "
+                                  "which nothing registered")
+            fn = _USER_GRADIENTS[override]
+        elif op.name in _USER_GRADIENTS:
+            fn = _USER_GRADIENTS[op.name]
+        else:
+            return graph.custom_gradients.get(op)
+        return _no_gradient_rule if fn is None else _user_rule(graph, fn)
+    return rule_for
+
+
+# ----- gradients ----------------------------------------------------------------------------
+
+def gradients(ys, xs, grad_ys=None, name: str = "gradients", gate_gradients: bool = False,
+              aggregation_method=None, stop_gradients=None,
+              unconnected_gradients=UnconnectedGradients.NONE) -> list[Tensor | None]:
+    """Symbolic ``sum(dy/dx)`` over ``ys`` for each ``x`` in ``xs`` (``tf.gradients``)."""
+    graph = current_graph()
+    unconnected = _unconnected(unconnected_gradients)
+    aggregation = _aggregation(aggregation_method)
+    ys = [convert_to_tensor(y) for y in _as_list(ys)]
+    xs = [_source(x, graph) for x in _as_list(xs)]
+    seeds = _seeds(ys, grad_ys)
+    stop = [t.value.owner.operation for t in (_source(s, graph) for s in _as_list(stop_gradients or []))
+            if isinstance(t.value, ir.OpResult)]
+    scope = graph.unique_name(name or "gradients")
+    with context(), ir.InsertionPoint(graph.block), ir.Location.name(scope):
+        grads = backprop([y.value for y in ys], [s.value if s is not None else None for s in seeds],
+                         [x.value for x in xs], stop=stop, rule_for=_rule_for(graph),
+                         aggregation=aggregation, gate=gate_gradients, name=scope)
+        if unconnected is UnconnectedGradients.ZERO:
+            grads = [g if g is not None else hlo.zeros(x.value.type) for g, x in zip(grads, xs)]
+    return [None if g is None else Tensor(g, graph) for g in grads]
+
+
+def _source(x, graph) -> Tensor:
+    """The tensor a source stands for (a variable: the argument its reads use)."""
+    if isinstance(x, Tensor):
+        if x.graph is not graph:
+            raise ValueError(f"tensor {x.name!r} is not in the current graph")
+        return x
+    reads = getattr(x, "_as_graph_tensor", None)
+    if reads is not None:
+        return graph.variable_reads.get(x) or reads(graph)
+    raise TypeError(f"gradients: expected tensors or variables, got {type(x).__name__} {x!r}")
+
+
+def _seeds(ys: list[Tensor], grad_ys) -> list[Tensor | None]:
+    if grad_ys is None:
+        grad_ys = [None] * len(ys)
+    else:
+        grad_ys = _as_list(grad_ys)
+    if len(grad_ys) != len(ys):
+        raise ValueError(f"Passed {len(grad_ys)} grad_ys for {len(ys)} ys")
+    seeds = []
+    for i, (y, g) in enumerate(zip(ys, grad_ys)):
+        if g is None:
+            if not y.dtype.is_floating:
+                seeds.append(None)  # integer ys are constants: nothing to differentiate
+                continue
+            from .ops import ones_like
+            seeds.append(ones_like(y, name="grad_ys"))
+            continue
+        if isinstance(g, Tensor):
+            if g.dtype != y.dtype:
+                raise TypeError(f"grad_ys[{i}] has dtype {g.dtype.name}, but ys[{i}] ({y.name!r}) has "
+                                f"dtype {y.dtype.name}; they must match")
+        else:
+            try:
+                g = convert_to_tensor(g, y.dtype, name="grad_ys")
+            except (TypeError, ValueError):
+                raise TypeError(f"grad_ys[{i}] cannot be converted to ys[{i}]'s dtype {y.dtype.name}") from None
+        if tuple(g.shape) != tuple(y.shape):
+            raise ValueError(f"grad_ys[{i}] has shape {tuple(g.shape)}, but ys[{i}] ({y.name!r}) has shape "
+                             f"{tuple(y.shape)}; they must match")
+        seeds.append(g if y.dtype.is_floating else None)
+    return seeds
+
+
+__all__ = ["gradients", "UnconnectedGradients", "AggregationMethod", "RegisterGradient", "no_gradient",
+           "NotDifferentiable"]

@@ -1,0 +1,314 @@
+"""Constants, shape manipulation, slicing and Python indexing, ``stop_gradient``."""
+from __future__ import annotations
+
+import builtins
+
+
+import numpy as np
+
+from .. import dtypes
+from ..framework import Tensor
+from ..passes import hlo
+from ..passes.mlir import ir
+from ..passes.regions import STOP_GRADIENT
+from .core import (as_numpy, broadcast_shape, constant_tensor, convert_to_tensor, current_graph, emit,
+                   normalize_axes, normalize_axis)
+
+
+# ----- constants -----
+
+def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
+    """A constant tensor; with ``shape``, a scalar is filled and a same-size value reshaped."""
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else None
+    if isinstance(value, Tensor):
+        raise TypeError("ig.constant takes a Python or numpy value; use ig.identity for a tensor")
+    arr, dt = as_numpy(value, dtype)
+    if shape is not None:
+        shape = tuple(int(d) for d in shape)
+        if arr.size == 1:
+            arr = np.full(shape, arr.reshape(()), dtype=arr.dtype)
+        elif arr.size == int(np.prod(shape)):
+            arr = arr.reshape(shape)
+        else:
+            raise TypeError(f"constant: value of shape {arr.shape} cannot fill shape {shape}")
+    return constant_tensor(arr, dt, name)
+
+
+def fill(dims, value, name="Fill") -> Tensor:
+    value_arr, dt = as_numpy(value, None)
+    return constant(value_arr, dt, shape=dims, name=name)
+
+
+def zeros(shape, dtype=dtypes.float32, name="zeros") -> Tensor:
+    return constant(0, dtypes.as_dtype(dtype), shape=_static_shape(shape), name=name)
+
+
+def ones(shape, dtype=dtypes.float32, name="ones") -> Tensor:
+    return constant(1, dtypes.as_dtype(dtype), shape=_static_shape(shape), name=name)
+
+
+def zeros_like(input, dtype=None, name="zeros_like") -> Tensor:  # noqa: A002
+    x = convert_to_tensor(input)
+    return zeros(x.shape, dtype or x.dtype, name=name)
+
+
+def ones_like(input, dtype=None, name="ones_like") -> Tensor:  # noqa: A002
+    x = convert_to_tensor(input)
+    return ones(x.shape, dtype or x.dtype, name=name)
+
+
+def _static_shape(shape) -> tuple[int, ...]:
+    if isinstance(shape, Tensor):
+        raise TypeError("shapes must be static (Python ints), not tensors")
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimension in shape {dims}")
+    return dims
+
+
+# ----- shapes -----
+
+def reshape(tensor, shape, name=None) -> Tensor:
+    x = convert_to_tensor(tensor)
+    dims = list(_static_shape_allowing_minus_one(shape))
+    size = x.shape.num_elements()
+    if dims.count(-1) > 1:
+        raise ValueError(f"reshape: at most one -1 in shape {dims}")
+    if -1 in dims:
+        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        if known == 0 or size % known:
+            raise ValueError(f"reshape: cannot reshape a tensor with {size} elements to shape {dims}")
+        dims[dims.index(-1)] = size // known
+    if int(np.prod(dims, dtype=np.int64)) != size:
+        raise ValueError(f"reshape: cannot reshape a tensor with {size} elements to shape {dims} "
+                         f"({int(np.prod(dims, dtype=np.int64))} elements)")
+    if tuple(dims) == tuple(x.shape):
+        return x
+    return emit(name or "Reshape", lambda: hlo.reshape(x.value, dims))
+
+
+def _static_shape_allowing_minus_one(shape) -> tuple[int, ...]:
+    if isinstance(shape, Tensor):
+        raise TypeError("shapes must be static (Python ints), not tensors")
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def transpose(a, perm=None, name=None) -> Tensor:
+    x = convert_to_tensor(a)
+    rank = x.ndim
+    perm = list(reversed(range(rank))) if perm is None else [int(p) % rank if rank else 0 for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise ValueError(f"transpose: {perm} is not a permutation of the {rank} dimensions of {tuple(x.shape)}")
+    if perm == list(range(rank)):
+        return x
+    return emit(name or "transpose", lambda: hlo.transpose(x.value, perm))
+
+
+def broadcast_to(input, shape, name=None) -> Tensor:  # noqa: A002
+    x = convert_to_tensor(input)
+    shape = _static_shape(shape)
+    name = name or "BroadcastTo"
+    if broadcast_shape(x.shape, shape, name) != tuple(shape):
+        raise ValueError(f"{name}: cannot broadcast shape {tuple(x.shape)} to {tuple(shape)}")
+    if tuple(shape) == tuple(x.shape):
+        return x
+    offset = len(shape) - x.ndim
+    return emit(name, lambda: hlo.broadcast_in_dim(x.value, shape, range(offset, len(shape))))
+
+
+def expand_dims(input, axis, name=None) -> Tensor:  # noqa: A002
+    x = convert_to_tensor(input)
+    rank = x.ndim
+    if not -rank - 1 <= axis <= rank:
+        raise ValueError(f"expand_dims: axis {axis} out of range for rank {rank}")
+    axis = axis % (rank + 1)
+    dims = list(x.shape)
+    dims.insert(axis, 1)
+    return emit(name or "ExpandDims", lambda: hlo.reshape(x.value, dims))
+
+
+def squeeze(input, axis=None, name=None) -> Tensor:  # noqa: A002
+    x = convert_to_tensor(input)
+    if axis is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    else:
+        axes = normalize_axes(axis, x.ndim, "squeeze")
+        for a in axes:
+            if x.shape[a] != 1:
+                raise ValueError(f"squeeze: cannot squeeze dimension {a} of size {x.shape[a]} "
+                                 f"in shape {tuple(x.shape)}")
+    dims = [d for i, d in enumerate(x.shape) if i not in axes]
+    if len(dims) == x.ndim:
+        return x
+    return emit(name or "Squeeze", lambda: hlo.reshape(x.value, dims))
+
+
+def concat(values, axis, name="concat") -> Tensor:
+    tensors = _same_dtype([convert_to_tensor(v) for v in values], name)
+    if len(tensors) == 1:
+        return tensors[0]
+    rank = tensors[0].ndim
+    axis = normalize_axis(axis, rank, name)
+    for t in tensors[1:]:
+        if t.ndim != rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis):
+            raise ValueError(f"{name}: shapes {tuple(tensors[0].shape)} and {tuple(t.shape)} differ outside "
+                             f"axis {axis}")
+    return emit(name, lambda: hlo.concatenate([t.value for t in tensors], axis))
+
+
+def stack(values, axis=0, name="stack") -> Tensor:
+    tensors = _same_dtype([convert_to_tensor(v) for v in values], name)
+    shape = tuple(tensors[0].shape)
+    for t in tensors[1:]:
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: shapes {shape} and {tuple(t.shape)} must be equal")
+    rank = len(shape) + 1
+    if not -rank <= axis < rank:
+        raise ValueError(f"{name}: axis {axis} out of range for rank {rank}")
+    axis %= rank
+    new = list(shape)
+    new.insert(axis, 1)
+    return emit(name, lambda: hlo.concatenate([hlo.reshape(t.value, new) for t in tensors], axis))
+
+
+def unstack(value, num=None, axis=0, name="unstack") -> list[Tensor]:
+    x = convert_to_tensor(value)
+    axis = normalize_axis(axis, x.ndim, name)
+    index = [builtins.slice(None)] * axis
+    return [x[tuple(index + [i])] for i in range(x.shape[axis])]
+
+
+def _same_dtype(tensors: list[Tensor], op: str) -> list[Tensor]:
+    if not tensors:
+        raise ValueError(f"{op}: needs at least one tensor")
+    for t in tensors[1:]:
+        if t.dtype != tensors[0].dtype:
+            raise TypeError(f"{op}: mixed dtypes {tensors[0].dtype.name} and {t.dtype.name}")
+    return tensors
+
+
+# ----- slicing -----
+
+def slice(input_, begin, size, name=None) -> Tensor:  # noqa: A001
+    """``tf.slice``: ``size[i] == -1`` takes everything from ``begin[i]``."""
+    x = convert_to_tensor(input_)
+    begin = [int(b) for b in begin]
+    size = [int(s) for s in size]
+    if len(begin) != x.ndim or len(size) != x.ndim:
+        raise ValueError(f"slice: begin and size need {x.ndim} entries for shape {tuple(x.shape)}")
+    limit = []
+    for d, (b, s, n) in enumerate(zip(begin, size, x.shape)):
+        e = n if s == -1 else b + s
+        if not 0 <= b <= e <= n:
+            raise ValueError(f"slice: begin {b} size {s} out of bounds for dimension {d} of size {n}")
+        limit.append(e)
+    return emit(name or "Slice", lambda: hlo.slice(x.value, begin, limit, [1] * x.ndim))
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    """Python indexing with ints, slices (any step), ``None``/newaxis and ``Ellipsis``."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    for k in key:
+        if isinstance(k, (Tensor, np.ndarray, list)) or hasattr(k, "_as_graph_tensor"):
+            raise TypeError("indexing with tensors or arrays selects data-dependent elements: use ig.gather")
+        if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, builtins.slice))):
+            raise TypeError(f"unsupported index {k!r}: use ints, slices, None/newaxis or Ellipsis")
+    n_ellipsis = sum(k is Ellipsis for k in key)
+    if n_ellipsis > 1:
+        raise ValueError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if consumed > x.ndim:
+        raise ValueError(f"too many indices for a tensor of shape {tuple(x.shape)}")
+    if n_ellipsis:
+        i = key.index(Ellipsis)
+        key = key[:i] + (builtins.slice(None),) * (x.ndim - consumed) + key[i + 1:]
+    else:
+        key = key + (builtins.slice(None),) * (x.ndim - consumed)
+
+    start, limit, strides, reversed_dims, out_shape = [], [], [], [], []
+    dim = 0
+    for k in key:
+        if k is None:
+            out_shape.append(1)
+            continue
+        n = x.shape[dim]
+        if isinstance(k, builtins.slice):
+            first, stop, step = k.indices(n)
+            count = len(range(first, stop, step))
+            if step < 0:
+                reversed_dims.append(dim)
+                first, step = n - 1 - first, -step
+            start.append(first)
+            limit.append(first + (count - 1) * step + 1 if count else first)
+            strides.append(step)
+            out_shape.append(count)
+        else:
+            i = int(k)
+            if not -n <= i < n:
+                raise ValueError(f"index {i} is out of bounds for dimension {dim} of size {n}")
+            i %= n
+            start.append(i)
+            limit.append(i + 1)
+            strides.append(1)
+        dim += 1
+
+    def build():
+        v = hlo.reverse(x.value, reversed_dims)
+        if start != [0] * len(start) or limit != list(x.shape) or any(s != 1 for s in strides):
+            v = hlo.slice(v, start, limit, strides)
+        return hlo.reshape(v, out_shape)
+
+    return emit("strided_slice", build)
+
+
+# ----- gradient markers -----
+
+def stop_gradient(input, name=None) -> Tensor:  # noqa: A002
+    """The value of ``input``; no gradient flows through it.
+
+    Lowered to ``stablehlo.composite "irgrad.stop_gradient"`` whose
+    decomposition is the identity, so the mark survives into saved modules
+    and IREE compiles it to nothing.
+    """
+    x = convert_to_tensor(input)
+    graph = current_graph()
+    t = x.value.type
+
+    def build_identity(fname: str) -> None:
+        _, block = hlo.func(fname, [t], [t], private=True)
+        with ir.InsertionPoint(block):
+            hlo.return_([block.arguments[0]])
+
+    fname = graph.private_function(f"identity_{_type_key(t)}", build_identity)
+    return emit(name or "StopGradient", lambda: hlo.composite(STOP_GRADIENT, [x.value], [t], fname))[0]
+
+
+def _type_key(t: ir.Type) -> str:
+    return str(t).replace("tensor<", "").replace(">", "").replace(",", "_")
+
+
+def shape(input, out_type=dtypes.int32, name=None) -> Tensor:  # noqa: A002
+    """The static shape as an int tensor (shapes are always static in irgrad)."""
+    x = convert_to_tensor(input)
+    return constant(np.array(x.shape, dtype=dtypes.as_dtype(out_type).as_numpy_dtype), out_type,
+                    name=name or "Shape")
+
+
+def rank(input, name=None) -> Tensor:  # noqa: A002
+    return constant(convert_to_tensor(input).ndim, dtypes.int32, name=name or "Rank")
+
+
+def size(input, out_type=dtypes.int32, name=None) -> Tensor:  # noqa: A002
+    return constant(convert_to_tensor(input).shape.num_elements(), out_type, name=name or "Size")
+
+
+__all__ = [
+    "constant", "fill", "zeros", "ones", "zeros_like", "ones_like", "reshape", "transpose",
+    "broadcast_to", "expand_dims", "squeeze", "concat", "stack", "unstack", "slice", "getitem",
+    "stop_gradient", "shape", "rank", "size",
+]

@@ -1,0 +1,162 @@
+"""Conversion to tensors, dtype and broadcasting rules shared by every op."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..framework import Tensor, get_default_graph, has_default_graph, _HOW_TO_TRACE
+from ..passes import hlo
+from ..passes.mlir import element_type, ir
+
+
+def current_graph():
+    if not has_default_graph():
+        raise RuntimeError(_HOW_TO_TRACE)
+    return get_default_graph()
+
+
+def _check_graph(t: Tensor, graph) -> Tensor:
+    if t.graph is not graph:
+        raise ValueError(f"tensor {t.name!r} belongs to {t.graph!r}, not to the current graph {graph!r}; "
+                         "pass it as an argument instead of capturing it")
+    return t
+
+
+def as_numpy(value, dtype: dtypes.DType | None) -> tuple[np.ndarray, dtypes.DType]:
+    """A Python/numpy value as an array of ``dtype`` (or TensorFlow's default dtype)."""
+    target = dtype or dtypes.default_dtype_of(value)
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise TypeError(f"cannot convert {type(value).__name__} to a tensor: {value!r}")
+    np_dtype = np.float32 if target == dtypes.bfloat16 else target.as_numpy_dtype
+    converted = arr.astype(np_dtype)
+    if arr.size and arr.dtype.kind in "fc" and (target.is_integer or target.is_bool):
+        if not np.array_equal(converted.astype(arr.dtype), arr):
+            raise TypeError(f"cannot convert {value!r} to a tensor of dtype {target.name} without losing "
+                            "its value")
+    if arr.size and arr.dtype.kind in "iu" and target.is_integer and not np.array_equal(converted, arr):
+        raise TypeError(f"value {value!r} does not fit in dtype {target.name}")
+    return converted, target
+
+
+def constant_tensor(value, dtype: dtypes.DType | None = None, name: str = "Const") -> Tensor:
+    graph = current_graph()
+    arr, dt = as_numpy(value, dtype)
+    with graph.op_scope(name):
+        return Tensor(hlo.constant(arr, dt.name), graph)
+
+
+def convert_to_tensor(value, dtype=None, name: str = "Const") -> Tensor:
+    """A Tensor from a Tensor, Variable, Python value, numpy array or list of tensors."""
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else None
+    graph = current_graph()
+    if isinstance(value, Tensor):
+        _check_graph(value, graph)
+        if dtype is not None and value.dtype != dtype:
+            raise ValueError(f"Tensor conversion requested dtype {dtype.name} for tensor {value.name!r} "
+                             f"with dtype {value.dtype.name}")
+        return value
+    read = getattr(value, "_as_graph_tensor", None)
+    if read is not None:
+        t = read(graph)
+        if dtype is not None and t.dtype != dtype:
+            raise ValueError(f"Tensor conversion requested dtype {dtype.name} for a variable of dtype "
+                             f"{t.dtype.name}")
+        return t
+    if isinstance(value, (list, tuple)) and any(_is_tensor_like(v) for v in _flat(value)):
+        from .array_ops import stack
+        return stack([convert_to_tensor(v, dtype) for v in value])
+    return constant_tensor(value, dtype, name)
+
+
+def _is_tensor_like(v) -> bool:
+    return isinstance(v, Tensor) or hasattr(v, "_as_graph_tensor")
+
+
+def _flat(value):
+    for v in value:
+        if isinstance(v, (list, tuple)):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def convert_pair(x, y, op: str) -> tuple[Tensor, Tensor]:
+    """TensorFlow's rule: a non-tensor takes the tensor's dtype; two tensors must agree."""
+    tx, ty = _is_tensor_like(x), _is_tensor_like(y)
+    if tx and ty:
+        x, y = convert_to_tensor(x), convert_to_tensor(y)
+        if x.dtype != y.dtype:
+            raise TypeError(f"{op}: x has dtype {x.dtype.name} but y has dtype {y.dtype.name}; "
+                            f"irgrad does not promote dtypes (cast one with ig.cast)")
+        return x, y
+    if tx:
+        x = convert_to_tensor(x)
+        return x, convert_to_tensor(y, x.dtype)
+    if ty:
+        y = convert_to_tensor(y)
+        return convert_to_tensor(x, y.dtype), y
+    x = convert_to_tensor(x)
+    return x, convert_to_tensor(y, x.dtype)
+
+
+def broadcast_shape(a: Sequence[int], b: Sequence[int], op: str) -> tuple[int, ...]:
+    """numpy broadcasting of two static shapes, or ValueError naming both and the op."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else 1
+        db = b[-i] if i <= len(b) else 1
+        if da != db and da != 1 and db != 1:
+            raise ValueError(f"{op}: incompatible shapes {tuple(a)} and {tuple(b)} (dimension "
+                             f"{da} vs {db} cannot be broadcast)")
+        out.append(da if db == 1 else db)
+    return tuple(reversed(out))
+
+
+def broadcast_value(t: Tensor, shape: Sequence[int]) -> ir.Value:
+    """``t`` broadcast to ``shape`` with one broadcast_in_dim (call inside an op scope)."""
+    shape = tuple(shape)
+    s = tuple(t.shape)
+    if s == shape:
+        return t.value
+    offset = len(shape) - len(s)
+    return hlo.broadcast_in_dim(t.value, shape, range(offset, len(shape)))
+
+
+def emit(name: str, build: Callable[..., ir.Value | Sequence[ir.Value]], graph=None):
+    """Run ``build()`` inside an op scope of the current graph; wrap results as tensors."""
+    graph = graph or current_graph()
+    with graph.op_scope(name):
+        out = build()
+    if isinstance(out, ir.Value):
+        return Tensor(out, graph)
+    return [Tensor(v, graph) for v in out]
+
+
+def normalize_axis(axis: int, rank: int, op: str) -> int:
+    if not -rank <= axis < max(rank, 1) or (rank == 0 and axis not in (0, -1)):
+        raise ValueError(f"{op}: axis {axis} is out of range for a tensor of rank {rank}")
+    return axis % rank if rank else 0
+
+
+def normalize_axes(axis, rank: int, op: str) -> list[int]:
+    if axis is None:
+        return list(range(rank))
+    if isinstance(axis, Tensor):
+        raise TypeError(f"{op}: axis must be a Python int or list of ints, not a tensor")
+    axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
+    out = sorted({normalize_axis(int(a), rank, op) for a in axes})
+    return out
+
+
+def element(dtype: dtypes.DType) -> ir.Type:
+    return element_type(dtype.name)
+
+
+def require(t: Tensor, op: str, *, floating: bool = False, numeric: bool = False) -> None:
+    if floating and not t.dtype.is_floating:
+        raise TypeError(f"{op}: expected a floating-point tensor, got {t.dtype.name} ({t.name!r})")
+    if numeric and t.dtype.is_bool:
+        raise TypeError(f"{op}: expected a numeric tensor, got bool ({t.name!r})")

@@ -1,0 +1,255 @@
+"""Elementwise math, comparisons, ``where``, ``cast`` and friends."""
+from __future__ import annotations
+
+from .. import dtypes
+from ..framework import Tensor
+from ..passes import hlo
+from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, element, emit,
+                   require)
+
+
+def _unary(op: str, x, name: str, *, floating: bool = True) -> Tensor:
+    x = convert_to_tensor(x)
+    require(x, name, floating=floating, numeric=True)
+    return emit(name, lambda: hlo.unary(op, x.value))
+
+
+def _binary(op: str, x, y, name: str, *, numeric: bool = True) -> Tensor:
+    x, y = convert_pair(x, y, name)
+    if numeric:
+        require(x, name, numeric=True)
+    shape = broadcast_shape(x.shape, y.shape, name)
+    return emit(name, lambda: hlo.binary(op, broadcast_value(x, shape), broadcast_value(y, shape)))
+
+
+# ----- arithmetic -----
+
+def add(x, y, name=None) -> Tensor:
+    return _binary("stablehlo.add", x, y, name or "add")
+
+
+def subtract(x, y, name=None) -> Tensor:
+    return _binary("stablehlo.subtract", x, y, name or "sub")
+
+
+def multiply(x, y, name=None) -> Tensor:
+    return _binary("stablehlo.multiply", x, y, name or "mul")
+
+
+def divide(x, y, name=None) -> Tensor:
+    """True division; integer tensors are cast to float first (TensorFlow's truediv)."""
+    x, y = convert_pair(x, y, name or "truediv")
+    if x.dtype.is_integer:
+        target = dtypes.float32 if x.dtype.name in ("int8", "int16", "uint8", "uint16") else dtypes.float64
+        x, y = cast(x, target), cast(y, target)
+    return _binary("stablehlo.divide", x, y, name or "truediv")
+
+
+def floordiv(x, y, name=None) -> Tensor:
+    x, y = convert_pair(x, y, name or "floordiv")
+    if x.dtype.is_floating:
+        return floor(divide(x, y), name=name or "floordiv")
+    q = _binary("stablehlo.divide", x, y, "floordiv")  # truncates toward zero
+    r = _binary("stablehlo.remainder", x, y, "floormod")
+    fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(y, 0)))
+    return where(fix, subtract(q, 1), q, name=name or "floordiv")
+
+
+def mod(x, y, name=None) -> Tensor:
+    """Python/TensorFlow floor modulo: the result has the sign of y."""
+    x, y = convert_pair(x, y, name or "floormod")
+    r = _binary("stablehlo.remainder", x, y, "floormod")
+    fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(y, 0)))
+    return where(fix, add(r, y), r, name=name or "floormod")
+
+
+def pow(x, y, name=None) -> Tensor:  # noqa: A001
+    return _binary("stablehlo.power", x, y, name or "pow")
+
+
+def negative(x, name=None) -> Tensor:
+    return _unary("stablehlo.negate", x, name or "neg", floating=False)
+
+
+def abs(x, name=None) -> Tensor:  # noqa: A001
+    return _unary("stablehlo.abs", x, name or "abs", floating=False)
+
+
+def sign(x, name=None) -> Tensor:
+    return _unary("stablehlo.sign", x, name or "sign", floating=False)
+
+
+def square(x, name=None) -> Tensor:
+    x = convert_to_tensor(x)
+    require(x, "square", numeric=True)
+    return emit(name or "square", lambda: hlo.multiply(x.value, x.value))
+
+
+def maximum(x, y, name=None) -> Tensor:
+    return _binary("stablehlo.maximum", x, y, name or "maximum")
+
+
+def minimum(x, y, name=None) -> Tensor:
+    return _binary("stablehlo.minimum", x, y, name or "minimum")
+
+
+# ----- transcendental -----
+
+def exp(x, name=None) -> Tensor:
+    return _unary("stablehlo.exponential", x, name or "exp")
+
+
+def log(x, name=None) -> Tensor:
+    return _unary("stablehlo.log", x, name or "log")
+
+
+def log1p(x, name=None) -> Tensor:
+    return _unary("stablehlo.log_plus_one", x, name or "log1p")
+
+
+def expm1(x, name=None) -> Tensor:
+    return _unary("stablehlo.exponential_minus_one", x, name or "expm1")
+
+
+def sqrt(x, name=None) -> Tensor:
+    return _unary("stablehlo.sqrt", x, name or "sqrt")
+
+
+def rsqrt(x, name=None) -> Tensor:
+    return _unary("stablehlo.rsqrt", x, name or "rsqrt")
+
+
+def sin(x, name=None) -> Tensor:
+    return _unary("stablehlo.sine", x, name or "sin")
+
+
+def cos(x, name=None) -> Tensor:
+    return _unary("stablehlo.cosine", x, name or "cos")
+
+
+def tan(x, name=None) -> Tensor:
+    return _unary("stablehlo.tan", x, name or "tan")
+
+
+def tanh(x, name=None) -> Tensor:
+    return _unary("stablehlo.tanh", x, name or "tanh")
+
+
+def sigmoid(x, name=None) -> Tensor:
+    return _unary("stablehlo.logistic", x, name or "sigmoid")
+
+
+def erf(x, name=None) -> Tensor:
+    return _unary("chlo.erf", x, name or "erf")
+
+
+def floor(x, name=None) -> Tensor:
+    return _unary("stablehlo.floor", x, name or "floor")
+
+
+def ceil(x, name=None) -> Tensor:
+    return _unary("stablehlo.ceil", x, name or "ceil")
+
+
+def round(x, name=None) -> Tensor:  # noqa: A001
+    """Round half to even (TensorFlow's tf.round)."""
+    return _unary("stablehlo.round_nearest_even", x, name or "round")
+
+
+# ----- comparisons and logic -----
+
+def _compare(direction: str, x, y, name: str) -> Tensor:
+    x, y = convert_pair(x, y, name)
+    shape = broadcast_shape(x.shape, y.shape, name)
+    return emit(name, lambda: hlo.compare(broadcast_value(x, shape), broadcast_value(y, shape), direction))
+
+
+def equal(x, y, name=None) -> Tensor:
+    return _compare("EQ", x, y, name or "equal")
+
+
+def not_equal(x, y, name=None) -> Tensor:
+    return _compare("NE", x, y, name or "not_equal")
+
+
+def less(x, y, name=None) -> Tensor:
+    return _compare("LT", x, y, name or "less")
+
+
+def less_equal(x, y, name=None) -> Tensor:
+    return _compare("LE", x, y, name or "less_equal")
+
+
+def greater(x, y, name=None) -> Tensor:
+    return _compare("GT", x, y, name or "greater")
+
+
+def greater_equal(x, y, name=None) -> Tensor:
+    return _compare("GE", x, y, name or "greater_equal")
+
+
+def _logical(op: str, x, y, name: str) -> Tensor:
+    x, y = convert_to_tensor(x, dtypes.bool_), convert_to_tensor(y, dtypes.bool_)
+    return _binary(op, x, y, name, numeric=False)
+
+
+def logical_and(x, y, name=None) -> Tensor:
+    return _logical("stablehlo.and", x, y, name or "logical_and")
+
+
+def logical_or(x, y, name=None) -> Tensor:
+    return _logical("stablehlo.or", x, y, name or "logical_or")
+
+
+def logical_not(x, name=None) -> Tensor:
+    x = convert_to_tensor(x, dtypes.bool_)
+    return emit(name or "logical_not", lambda: hlo.unary("stablehlo.not", x.value))
+
+
+def where(condition, x=None, y=None, name=None) -> Tensor:
+    """Elementwise select with numpy broadcasting of all three operands."""
+    name = name or "where"
+    if x is None or y is None:
+        raise ValueError("where(condition) without x and y returns data-dependent shapes, which "
+                         "irgrad's static shapes cannot express; pass x and y")
+    condition = convert_to_tensor(condition)
+    if not condition.dtype.is_bool:
+        raise TypeError(f"where: condition must be bool, got {condition.dtype.name}")
+    x, y = convert_pair(x, y, name)
+    shape = broadcast_shape(broadcast_shape(condition.shape, x.shape, name), y.shape, name)
+    return emit(name, lambda: hlo.select(broadcast_value(condition, shape), broadcast_value(x, shape),
+                                         broadcast_value(y, shape)))
+
+
+# ----- conversion -----
+
+def cast(x, dtype, name=None) -> Tensor:
+    """Convert to ``dtype`` (float -> int truncates toward zero; -> bool is x != 0)."""
+    dtype = dtypes.as_dtype(dtype)
+    x = convert_to_tensor(x)
+    if x.dtype == dtype:
+        return x
+    return emit(name or "Cast", lambda: hlo.convert(x.value, element(dtype)))
+
+
+def identity(x, name=None) -> Tensor:
+    x = convert_to_tensor(x)
+    return emit(name or "Identity", lambda: hlo.identity(x.value))
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None) -> Tensor:
+    """min(max(t, lo), hi) as one stablehlo.clamp (TensorFlow's gradient convention)."""
+    name = name or "clip_by_value"
+    t = convert_to_tensor(t)
+    lo = convert_to_tensor(clip_value_min, t.dtype)
+    hi = convert_to_tensor(clip_value_max, t.dtype)
+    shape = broadcast_shape(broadcast_shape(t.shape, lo.shape, name), hi.shape, name)
+    if tuple(shape) != tuple(t.shape):
+        raise ValueError(f"{name}: bounds of shape {tuple(lo.shape)} / {tuple(hi.shape)} would change "
+                         f"the shape of t {tuple(t.shape)}")
+
+    def build():
+        bound = lambda b: b.value if b.ndim == 0 else broadcast_value(b, shape)  # noqa: E731
+        return hlo.clamp(bound(lo), t.value, bound(hi))
+
+    return emit(name, build)

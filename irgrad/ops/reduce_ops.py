@@ -1,0 +1,94 @@
+"""Reductions (``axis``/``keepdims`` as in TensorFlow) and contractions."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..framework import Tensor
+from ..passes import hlo
+from .array_ops import reshape
+from .core import broadcast_shape, convert_pair, convert_to_tensor, emit, normalize_axes, require
+from .math_ops import _binary
+
+
+def _reduce(kind: str, input_tensor, axis, keepdims: bool, name: str) -> Tensor:
+    x = convert_to_tensor(input_tensor)
+    if kind in ("add", "mul"):
+        require(x, name, numeric=True)
+    axes = normalize_axes(axis, x.ndim, name)
+    out = emit(name, lambda: hlo.reduce(x.value, axes, kind)) if axes else x
+    if keepdims:
+        out = reshape(out, [1 if i in axes else d for i, d in enumerate(x.shape)])
+    return out
+
+
+def reduce_sum(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    return _reduce("add", input_tensor, axis, keepdims, name or "Sum")
+
+
+def reduce_prod(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    return _reduce("mul", input_tensor, axis, keepdims, name or "Prod")
+
+
+def reduce_max(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    return _reduce("max", input_tensor, axis, keepdims, name or "Max")
+
+
+def reduce_min(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    return _reduce("min", input_tensor, axis, keepdims, name or "Min")
+
+
+def reduce_any(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    return _reduce("or", convert_to_tensor(input_tensor, dtypes.bool_), axis, keepdims, name or "Any")
+
+
+def reduce_all(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    return _reduce("and", convert_to_tensor(input_tensor, dtypes.bool_), axis, keepdims, name or "All")
+
+
+def reduce_mean(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    """Sum divided by the count (integer tensors use integer division, as TensorFlow)."""
+    x = convert_to_tensor(input_tensor)
+    axes = normalize_axes(axis, x.ndim, "Mean")
+    total = reduce_sum(x, axes, keepdims, name=name or "Mean")
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if count == 1:
+        return total
+    return _binary("stablehlo.divide", total, count, "Mean")
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
+           name=None) -> Tensor:
+    """Matrix product of the last two dims; leading (batch) dims broadcast like numpy."""
+    name = name or "MatMul"
+    a, b = convert_pair(a, b, name)
+    require(a, name, numeric=True)
+    transpose_a = transpose_a or adjoint_a
+    transpose_b = transpose_b or adjoint_b
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"{name}: both operands need rank >= 2, got shapes {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    ka = a.shape[-2] if transpose_a else a.shape[-1]
+    kb = b.shape[-1] if transpose_b else b.shape[-2]
+    if ka != kb:
+        raise ValueError(f"{name}: inner dimensions differ: shapes {tuple(a.shape)} and {tuple(b.shape)} "
+                         f"(transpose_a={transpose_a}, transpose_b={transpose_b})")
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2], name)
+    nb = len(batch)
+
+    def build():
+        av = _to_batch(a, batch)
+        bv = _to_batch(b, batch)
+        bd = list(range(nb))
+        return hlo.dot_general(av, bv, bd, bd, [nb if transpose_a else nb + 1],
+                               [nb + 1 if transpose_b else nb])
+
+    return emit(name, build)
+
+
+def _to_batch(t: Tensor, batch) -> "hlo.Value":
+    shape = tuple(batch) + tuple(t.shape[-2:])
+    if tuple(t.shape) == shape:
+        return t.value
+    offset = len(shape) - t.ndim
+    return hlo.broadcast_in_dim(t.value, shape, range(offset, len(shape)))

@@ -1,0 +1,124 @@
+"""``ig.Variable``: state that lives outside compiled modules.
+
+Read inside a traced function, a variable becomes an extra argument of the
+module (its value is passed at call time); ``assign*`` inside a traced
+function adds an extra result and the variable is updated after the call.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from . import dtypes
+from .framework import Tensor, has_default_graph
+from .ops.core import as_numpy, convert_to_tensor, current_graph
+
+_ids = itertools.count()
+
+
+class Variable:
+    """A mutable tensor value, captured by traced functions."""
+
+    def __init__(self, initial_value, trainable: bool = True, name: str | None = None, dtype=None):
+        if isinstance(initial_value, Tensor):
+            raise TypeError("ig.Variable needs a concrete initial value (Python or numpy), not a symbolic tensor")
+        if callable(initial_value):
+            initial_value = initial_value()
+        if isinstance(initial_value, Variable):
+            initial_value = initial_value.numpy()
+        value, dt = as_numpy(initial_value, dtypes.as_dtype(dtype) if dtype is not None else None)
+        self._value = np.array(value)
+        self._dtype = dt
+        self.trainable = bool(trainable)
+        self._id = next(_ids)
+        self.name = f"{name or 'Variable'}:0"
+
+    # --- eager surface ---
+    @property
+    def dtype(self) -> dtypes.DType:
+        return self._dtype
+
+    @property
+    def shape(self):
+        from .framework import TensorShape
+        return TensorShape(self._value.shape)
+
+    def numpy(self) -> np.ndarray:
+        return self._value.copy()
+
+    def __array__(self, dtype=None, copy=None):
+        return self._value.astype(dtype) if dtype is not None else self._value.copy()
+
+    def __repr__(self) -> str:
+        return f"<ig.Variable '{self.name}' shape={self._value.shape} dtype={self._dtype.name} numpy={self._value!r}>"
+
+    # --- graph surface ---
+    def _as_graph_tensor(self, graph) -> Tensor:
+        current = graph.variable_values.get(self)
+        if current is None:
+            base = self.name.split(":")[0]
+            current = graph.add_argument(self._value.shape, self._dtype, base)
+            graph.variable_reads[self] = current
+            graph.variable_values[self] = current
+        return current
+
+    def value(self) -> Tensor:
+        return self._as_graph_tensor(current_graph())
+
+    read_value = value
+
+    def _assign(self, value, op: str) -> Tensor | np.ndarray:
+        if not has_default_graph():
+            new, _ = as_numpy(value if op == "assign" else self._eager(op, value), self._dtype)
+            if new.shape != self._value.shape:
+                raise ValueError(f"{op}: shape {new.shape} does not match variable shape {self._value.shape}")
+            self._value = np.array(new)
+            return self.numpy()
+        graph = current_graph()
+        t = convert_to_tensor(value, self._dtype)
+        if op == "assign_add":
+            t = self._as_graph_tensor(graph) + t
+        elif op == "assign_sub":
+            t = self._as_graph_tensor(graph) - t
+        if tuple(t.shape) != self._value.shape:
+            raise ValueError(f"{op}: shape {tuple(t.shape)} does not match variable shape {self._value.shape}")
+        graph.variable_values[self] = t
+        if self not in graph.variable_reads:  # written before read: still an argument-free update
+            graph.variable_reads.setdefault(self, None)
+        return t
+
+    def _eager(self, op: str, value):
+        delta = np.asarray(value, dtype=self._value.dtype)
+        return self._value + delta if op == "assign_add" else self._value - delta
+
+    def assign(self, value, name=None):
+        return self._assign(value, "assign")
+
+    def assign_add(self, delta, name=None):
+        return self._assign(delta, "assign_add")
+
+    def assign_sub(self, delta, name=None):
+        return self._assign(delta, "assign_sub")
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __getitem__(self, key):
+        return self.value()[key]
+
+
+def _delegate(name: str):
+    def method(self, *args):
+        return getattr(self.value(), name)(*args)
+    method.__name__ = name
+    return method
+
+
+for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+            "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__abs__",
+            "__lt__", "__le__", "__gt__", "__ge__", "__floordiv__", "__mod__"):
+    setattr(Variable, _op, _delegate(_op))

@@ -1,0 +1,185 @@
+"""The reverse-mode driver: cotangents from ``ys`` back to ``xs`` inside one block.
+
+TensorFlow's ``gradients_util`` semantics, on SSA values instead of graph
+tensors:
+
+* only ops that depend on some ``x`` through floating-point values are
+  visited (integer tensors are constants);
+* ops in ``stop`` do not propagate (``stop_gradients``), but a stopped value
+  that is itself in ``xs`` still gets its own cotangent;
+* contributions to a value are summed (``add_n``: one left-to-right sum, or
+  ``tree``: a balanced pairwise sum) when the value is first read;
+* zero cotangents are ``None`` and stay symbolic.
+
+The adjoint ops are inserted at the ambient insertion point.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional, Sequence
+
+from . import hlo
+from .mlir import ir, is_float, loc_name
+from .registry import Cotangent, Rule, lookup
+
+AGGREGATIONS = ("add_n", "tree")
+RuleFor = Callable[[ir.Operation], Optional[Rule]]
+
+
+def op_inputs(op: ir.Operation) -> list[ir.Value]:
+    """Operands plus values that ``op``'s regions capture from above."""
+    inputs = list(op.operands)
+    if len(op.regions) and op.name in _CAPTURING:
+        inputs.extend(captured_values(op))
+    return inputs
+
+
+# Region ops whose bodies may use values defined outside (StableHLO allows it).
+_CAPTURING = {"stablehlo.case", "stablehlo.if", "stablehlo.while"}
+
+
+def captured_values(op: ir.Operation) -> list[ir.Value]:
+    """Values used inside ``op``'s regions but defined outside ``op`` (in order, unique)."""
+    inside: set[ir.Value] = set()
+    seen: set[ir.Value] = set()
+    out: list[ir.Value] = []
+
+    def visit(o: ir.Operation) -> None:
+        for region in o.regions:
+            for block in region.blocks:
+                inside.update(block.arguments)
+                for inner in block.operations:
+                    for v in inner.operands:
+                        if v not in inside and v not in seen:
+                            seen.add(v)
+                            out.append(v)
+                    inside.update(inner.results)
+                    visit(inner)
+
+    visit(op)
+    return [v for v in out if v not in inside]
+
+
+def active_ops(ys: Sequence[ir.Value], xs: set[ir.Value], stop: set[ir.Operation]) -> list[ir.Operation]:
+    """Ops between xs and ys in topological order (inputs first).
+
+    An op is active when one of its floating-point inputs is an ``x`` or the
+    result of an active op, and it is not a stop op.
+    """
+    state: dict[ir.Operation, bool | None] = {}
+    order: list[ir.Operation] = []
+    stack: list[tuple[ir.Operation, bool]] = [
+        (y.owner.operation, False) for y in reversed(ys) if isinstance(y, ir.OpResult)]
+    inputs_of: dict[ir.Operation, list[ir.Value]] = {}
+    while stack:
+        op, expanded = stack.pop()
+        if expanded:
+            active = op not in stop and any(
+                is_float(v) and (v in xs or (isinstance(v, ir.OpResult) and state.get(v.owner.operation) is True))
+                for v in inputs_of.pop(op))
+            state[op] = active
+            if active:
+                order.append(op)
+            continue
+        if op in state:
+            continue
+        state[op] = None
+        inputs = inputs_of[op] = op_inputs(op)
+        stack.append((op, True))
+        for v in inputs:
+            if isinstance(v, ir.OpResult):
+                owner = v.owner.operation
+                if owner not in state:
+                    stack.append((owner, False))
+    return order
+
+
+def aggregate(terms: list[ir.Value], method: str) -> ir.Value:
+    """Sum cotangent contributions: one n-ary sum, or a pairwise tree."""
+    if len(terms) == 1:
+        return terms[0]
+    if method == "tree":
+        while len(terms) > 1:
+            paired = [hlo.add(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+            if len(terms) % 2:
+                paired.append(terms[-1])
+            terms = paired
+        return terms[0]
+    total = terms[0]
+    for t in terms[1:]:
+        total = hlo.add(total, t)
+    return total
+
+
+def _grad_location(op: ir.Operation, name: str) -> ir.Location:
+    forward = loc_name(op) or op.name.split(".", 1)[-1]
+    return ir.Location.name(f"{name}/{forward}_grad", childLoc=op.location)
+
+
+def backprop(ys: Sequence[ir.Value], seeds: Sequence[Cotangent], xs: Sequence[ir.Value], *,
+             stop: Iterable[ir.Operation] = (), rule_for: RuleFor | None = None,
+             aggregation: str = "add_n", gate: bool = False,
+             name: str = "gradients") -> list[Cotangent]:
+    """Cotangents of ``xs`` given ``seeds`` for ``ys`` (``None`` where unconnected).
+
+    ``rule_for(op)`` may return a rule that overrides the registry for one op
+    (user-registered gradients); returning ``None`` falls back to the registry.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; accepted: {', '.join(AGGREGATIONS)}")
+    xs_set = set(xs)
+    stop_set = set(stop)
+    order = active_ops(ys, xs_set, stop_set)
+
+    pending: dict[ir.Value, list[ir.Value]] = {}
+    for y, seed in zip(ys, seeds):
+        if seed is not None and is_float(y):
+            pending.setdefault(y, []).append(seed)
+
+    def total(v: ir.Value) -> Cotangent:
+        terms = pending.get(v)
+        if not terms:
+            return None
+        if len(terms) > 1:
+            with ir.Location.name(f"{name}/AddN"):
+                terms[:] = [aggregate(terms, aggregation)]
+        return terms[0]
+
+    for op in reversed(order):
+        cts = [total(r) for r in op.results]
+        if all(ct is None for ct in cts):
+            continue
+        rule = rule_for(op) if rule_for is not None else None
+        if rule is None:
+            rule = lookup(op)
+            if rule is None:  # nondifferentiable: its inputs get nothing
+                continue
+        operands = list(op.operands) if op.name not in _CAPTURING else op_inputs(op)
+        with _grad_location(op, name):
+            grads = list(rule(op, cts))
+            _check(op, operands, grads)
+            if gate and sum(g is not None for g in grads) > 1:
+                live = [i for i, g in enumerate(grads) if g is not None]
+                gated = hlo.optimization_barrier([grads[i] for i in live])
+                for i, g in zip(live, gated):
+                    grads[i] = g
+        for v, g in zip(operands, grads):
+            if g is not None and is_float(v):
+                pending.setdefault(v, []).append(g)
+
+    return [total(x) for x in xs]
+
+
+def _check(op: ir.Operation, operands: Sequence[ir.Value], grads: Sequence[Cotangent]) -> None:
+    if len(grads) != len(operands):
+        raise ValueError(
+            f"adjoint rule of '{op.name}' at {op.location} returned {len(grads)} cotangents "
+            f"for {len(operands)} operands")
+    for i, (v, g) in enumerate(zip(operands, grads)):
+        if g is not None and g.type != v.type:
+            raise ValueError(
+                "Incompatible shapes between op input and calculated input gradient. "
+                f"Forward operation: '{op.name}' at {op.location}. Input index: {i}. "
+                f"Original input type: {v.type}. Calculated input gradient type: {g.type}")
+
+
+__all__ = ["backprop", "active_ops", "aggregate", "op_inputs", "captured_values", "AGGREGATIONS"]

@@ -1,0 +1,52 @@
+"""Adjoint rules of contractions: ``dot_general`` with any dimension layout."""
+from __future__ import annotations
+
+import re
+
+from . import hlo
+from .mlir import elem, ir, shape
+from .registry import adjoint
+
+_DOT_FIELDS = ("lhs_batching_dimensions", "rhs_batching_dimensions",
+               "lhs_contracting_dimensions", "rhs_contracting_dimensions")
+
+
+def dot_dimensions(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(lhs_batch, rhs_batch, lhs_contract, rhs_contract) of a dot_general."""
+    text = str(op.attributes["dot_dimension_numbers"])
+    out = []
+    for field in _DOT_FIELDS:
+        m = re.search(field + r"\s*=\s*\[([^\]]*)\]", text)
+        out.append([int(v) for v in m.group(1).split(",")] if m and m.group(1).strip() else [])
+    return tuple(out)
+
+
+def _transpose_back(t: ir.Value, source_dims: list[int]) -> ir.Value:
+    """t's dim j holds operand dim source_dims[j]: permute into operand order."""
+    return hlo.transpose(t, [source_dims.index(i) for i in range(len(source_dims))])
+
+
+@adjoint("stablehlo.dot_general")
+def _dot_general(op, cts):
+    """d lhs = ct . rhs over rhs's free dims; d rhs = ct . lhs over lhs's free dims"""
+    (ct,) = cts
+    lhs, rhs = op.operands
+    lb, rb, lc, rc = dot_dimensions(op)
+    lrank, rrank = len(shape(lhs)), len(shape(rhs))
+    lf = [d for d in range(lrank) if d not in lb and d not in lc]
+    rf = [d for d in range(rrank) if d not in rb and d not in rc]
+    nb = len(lb)
+    ct_batch = list(range(nb))
+    ct_lf = list(range(nb, nb + len(lf)))
+    ct_rf = list(range(nb + len(lf), nb + len(lf) + len(rf)))
+
+    dl = hlo.dot_general(ct, rhs, ct_batch, rb, ct_rf, rf, element=elem(lhs))
+    # dl = [batch, lhs free, rhs contracting dims in ascending rhs order]
+    by_rhs = sorted(range(len(rc)), key=lambda k: rc[k])
+    dl = _transpose_back(dl, lb + lf + [lc[k] for k in by_rhs])
+
+    dr = hlo.dot_general(ct, lhs, ct_batch, lb, ct_lf, lf, element=elem(rhs))
+    # dr = [batch, rhs free, lhs contracting dims in ascending lhs order]
+    by_lhs = sorted(range(len(lc)), key=lambda k: lc[k])
+    dr = _transpose_back(dr, rb + rf + [rc[k] for k in by_lhs])
+    return dl, dr

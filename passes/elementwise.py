@@ -1,0 +1,255 @@
+"""Adjoint rules of elementwise ops (operands and results share one shape).
+
+Conventions (TensorFlow's): ``maximum`` gives ties to the first operand,
+``minimum`` too; ``clamp`` passes the gradient to ``x`` on the closed interval
+``[lo, hi]`` and to a bound only strictly outside it; ``pow`` gives the
+exponent a zero gradient where the base is not positive.
+"""
+from __future__ import annotations
+
+import math
+
+from . import hlo
+from .hlo import add, divide, multiply, negate, splat, subtract
+from .mlir import elem, ir, is_float, shape
+from .registry import adjoint, nondifferentiable
+
+
+def _const(value: float, like: ir.Value) -> ir.Value:
+    return splat(value, like.type)
+
+
+def _unbroadcast_scalar(g: ir.Value, operand: ir.Value) -> ir.Value:
+    """clamp allows scalar bounds: sum a full-shape cotangent down to a scalar."""
+    if shape(operand) == shape(g):
+        return g
+    return hlo.reduce_sum(g, range(len(shape(g))))
+
+
+# ----- arithmetic -----
+
+@adjoint("stablehlo.add")
+def _add(op, cts):
+    """da = ct, db = ct"""
+    (ct,) = cts
+    return ct, ct
+
+
+@adjoint("stablehlo.subtract")
+def _subtract(op, cts):
+    """da = ct, db = -ct"""
+    (ct,) = cts
+    return ct, negate(ct)
+
+
+@adjoint("stablehlo.multiply")
+def _multiply(op, cts):
+    """da = ct * b, db = ct * a"""
+    (ct,) = cts
+    a, b = op.operands
+    return multiply(ct, b), multiply(ct, a)
+
+
+@adjoint("stablehlo.divide")
+def _divide(op, cts):
+    """da = ct / b, db = ct * ((-a / b) / b)"""
+    (ct,) = cts
+    a, b = op.operands
+    return divide(ct, b), multiply(ct, divide(divide(negate(a), b), b))
+
+
+@adjoint("stablehlo.negate")
+def _negate(op, cts):
+    """dx = -ct"""
+    return (negate(cts[0]),)
+
+
+@adjoint("stablehlo.power")
+def _power(op, cts):
+    """da = ct * b * a^(b-1); db = ct * log(a) * a^b where a > 0, else 0"""
+    (ct,) = cts
+    a, b = op.operands
+    y = op.results[0]
+    da = multiply(ct, multiply(b, hlo.binary("stablehlo.power", a, subtract(b, _const(1, b)))))
+    if not is_float(b):
+        return da, None
+    positive = hlo.compare(a, _const(0, a), "GT")
+    safe_log = hlo.select(positive, hlo.unary("stablehlo.log", a), _const(0, a))
+    return da, multiply(ct, multiply(safe_log, y))
+
+
+@adjoint("stablehlo.maximum", "stablehlo.minimum")
+def _max_min(op, cts):
+    """ct goes to a where a >= b (maximum) / a <= b (minimum), else to b"""
+    (ct,) = cts
+    a, b = op.operands
+    mask = hlo.compare(a, b, "GE" if op.name == "stablehlo.maximum" else "LE")
+    zero = _const(0, ct)
+    return hlo.select(mask, ct, zero), hlo.select(mask, zero, ct)
+
+
+@adjoint("stablehlo.remainder")
+def _remainder(op, cts):
+    """da = ct, db = -ct * trunc(a / b)"""
+    (ct,) = cts
+    a, b = op.operands
+    q = divide(a, b)
+    trunc = hlo.select(hlo.compare(q, _const(0, q), "LT"),
+                       hlo.unary("stablehlo.ceil", q), hlo.unary("stablehlo.floor", q))
+    return ct, negate(multiply(ct, trunc))
+
+
+@adjoint("stablehlo.atan2")
+def _atan2(op, cts):
+    """da = ct * b / (a^2 + b^2), db = -ct * a / (a^2 + b^2)"""
+    (ct,) = cts
+    a, b = op.operands
+    denom = add(multiply(a, a), multiply(b, b))
+    return divide(multiply(ct, b), denom), negate(divide(multiply(ct, a), denom))
+
+
+# ----- transcendental -----
+
+@adjoint("stablehlo.exponential")
+def _exp(op, cts):
+    """dx = ct * y"""
+    return (multiply(cts[0], op.results[0]),)
+
+
+@adjoint("stablehlo.exponential_minus_one")
+def _expm1(op, cts):
+    """dx = ct * (y + 1)"""
+    y = op.results[0]
+    return (multiply(cts[0], add(y, _const(1, y))),)
+
+
+@adjoint("stablehlo.log")
+def _log(op, cts):
+    """dx = ct / x"""
+    return (divide(cts[0], op.operands[0]),)
+
+
+@adjoint("stablehlo.log_plus_one")
+def _log1p(op, cts):
+    """dx = ct / (1 + x)"""
+    x = op.operands[0]
+    return (divide(cts[0], add(x, _const(1, x))),)
+
+
+@adjoint("stablehlo.sqrt")
+def _sqrt(op, cts):
+    """dx = ct * 0.5 / y"""
+    y = op.results[0]
+    return (divide(multiply(cts[0], _const(0.5, y)), y),)
+
+
+@adjoint("stablehlo.rsqrt")
+def _rsqrt(op, cts):
+    """dx = ct * -0.5 * y^3"""
+    y = op.results[0]
+    return (multiply(cts[0], multiply(_const(-0.5, y), multiply(y, multiply(y, y)))),)
+
+
+@adjoint("stablehlo.cbrt")
+def _cbrt(op, cts):
+    """dx = ct / (3 * y^2)"""
+    y = op.results[0]
+    return (divide(cts[0], multiply(_const(3, y), multiply(y, y))),)
+
+
+@adjoint("stablehlo.tanh")
+def _tanh(op, cts):
+    """dx = ct * (1 - y * y)"""
+    y = op.results[0]
+    return (multiply(cts[0], subtract(_const(1, y), multiply(y, y))),)
+
+
+@adjoint("stablehlo.logistic")
+def _logistic(op, cts):
+    """dx = ct * y * (1 - y)"""
+    y = op.results[0]
+    return (multiply(cts[0], multiply(y, subtract(_const(1, y), y))),)
+
+
+@adjoint("stablehlo.sine")
+def _sin(op, cts):
+    """dx = ct * cos(x)"""
+    return (multiply(cts[0], hlo.unary("stablehlo.cosine", op.operands[0])),)
+
+
+@adjoint("stablehlo.cosine")
+def _cos(op, cts):
+    """dx = -ct * sin(x)"""
+    return (negate(multiply(cts[0], hlo.unary("stablehlo.sine", op.operands[0]))),)
+
+
+@adjoint("stablehlo.tan")
+def _tan(op, cts):
+    """dx = ct * (1 + y^2)"""
+    y = op.results[0]
+    return (multiply(cts[0], add(_const(1, y), multiply(y, y))),)
+
+
+@adjoint("chlo.erf")
+def _erf(op, cts):
+    """dx = ct * 2/sqrt(pi) * exp(-x^2)"""
+    x = op.operands[0]
+    bump = hlo.unary("stablehlo.exponential", negate(multiply(x, x)))
+    return (multiply(cts[0], multiply(_const(2 / math.sqrt(math.pi), x), bump)),)
+
+
+@adjoint("stablehlo.abs")
+def _abs(op, cts):
+    """dx = ct * sign(x)"""
+    return (multiply(cts[0], hlo.unary("stablehlo.sign", op.operands[0])),)
+
+
+@adjoint("stablehlo.sign")
+def _sign(op, cts):
+    """dx = 0 (a zero tensor, as TensorFlow returns)"""
+    return (_const(0, op.operands[0]),)
+
+
+# ----- selection and conversion -----
+
+@adjoint("stablehlo.select")
+def _select(op, cts):
+    """d on_true = select(p, ct, 0), d on_false = select(p, 0, ct)"""
+    (ct,) = cts
+    pred = op.operands[0]
+    zero = _const(0, ct)
+    return None, hlo.select(pred, ct, zero), hlo.select(pred, zero, ct)
+
+
+@adjoint("stablehlo.clamp")
+def _clamp(op, cts):
+    """dx = ct on lo <= x <= hi; d lo = ct where x < lo; d hi = ct where x > hi"""
+    (ct,) = cts
+    lo, x, hi = op.operands
+    full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
+    below = hlo.compare(x, full(lo), "LT")
+    above = hlo.compare(x, full(hi), "GT")
+    zero = _const(0, ct)
+    dx = hlo.select(below, zero, hlo.select(above, zero, ct))
+    dlo = _unbroadcast_scalar(hlo.select(below, ct, zero), lo)
+    dhi = _unbroadcast_scalar(hlo.select(above, ct, zero), hi)
+    return dlo, dx, dhi
+
+
+@adjoint("stablehlo.convert")
+def _convert(op, cts):
+    """dx = convert(ct) back to x's element type (none for integer x)"""
+    x = op.operands[0]
+    if not is_float(x):
+        return (None,)
+    return (hlo.convert(cts[0], elem(x)),)
+
+
+nondifferentiable(
+    "stablehlo.compare", "stablehlo.and", "stablehlo.or", "stablehlo.xor", "stablehlo.not",
+    "stablehlo.floor", "stablehlo.ceil", "stablehlo.round_nearest_even",
+    "stablehlo.round_nearest_afz", "stablehlo.is_finite", "stablehlo.iota",
+    "stablehlo.constant", "stablehlo.shift_left", "stablehlo.shift_right_logical",
+    "stablehlo.shift_right_arithmetic", "stablehlo.popcnt", "stablehlo.count_leading_zeros",
+    "stablehlo.rng_bit_generator", "stablehlo.rng",
+)

@@ -1,0 +1,142 @@
+"""The module-level reverse-mode pass: add ``@F_grad`` / ``@F_vjp`` next to ``@F``.
+
+* ``@F_grad(args...) -> (d args[wrt]...)`` seeds ones on every float result:
+  the gradient of the sum of all float results (``tf.gradients(ys, xs)``).
+* ``@F_vjp(args..., cotangents...) -> (d args[wrt]...)`` takes one cotangent
+  per result of ``F`` (those of non-float results are ignored).
+* ``with_value`` returns F's results first, then the gradients.
+
+``wrt`` defaults to every floating-point argument. Calls to private functions
+are inlined into the adjoint's copy of the forward body first (``F`` itself is
+left untouched); the differentiated body is then cleaned with
+canonicalize + cse and verified.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import hlo
+from .backprop import backprop
+from .mlir import IRError, ir, is_float, parse_module, run_pipeline, verify
+
+CLEANUP = "func.func(canonicalize,cse)"
+
+
+def public_functions(module: ir.Module) -> list[ir.Operation]:
+    return [op for op in functions(module) if "sym_visibility" not in op.attributes]
+
+
+def functions(module: ir.Module) -> list[ir.Operation]:
+    # .operation: OpView subclasses such as FuncOp redefine .name.
+    return [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+
+
+def function_name(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value
+
+
+def find_function(module: ir.Module, name: str | None) -> ir.Operation:
+    """The public function ``name``, or the only public function when None."""
+    funcs = functions(module)
+    if name is None:
+        public = public_functions(module)
+        if len(public) != 1:
+            names = ", ".join("@" + function_name(f) for f in public) or "none"
+            raise ValueError(f"module has {len(public)} public functions ({names}); choose one with func=...")
+        return public[0]
+    for f in funcs:
+        if function_name(f) == name:
+            return f
+    names = ", ".join("@" + function_name(f) for f in funcs) or "none"
+    raise ValueError(f"no function @{name} in module; functions: {names}")
+
+
+def float_arguments(func_op: ir.Operation) -> list[int]:
+    args = func_op.regions[0].blocks[0].arguments
+    return [i for i, a in enumerate(args) if is_float(a)]
+
+
+def _check_wrt(func_op: ir.Operation, wrt: Sequence[int] | None) -> list[int]:
+    args = func_op.regions[0].blocks[0].arguments
+    if wrt is None:
+        return float_arguments(func_op)
+    out = []
+    for i in wrt:
+        if not isinstance(i, int) or not 0 <= i < len(args):
+            raise ValueError(f"wrt index {i!r} out of range: @{function_name(func_op)} has {len(args)} arguments")
+        if not is_float(args[i]):
+            raise ValueError(f"wrt index {i}: argument {i} of @{function_name(func_op)} has type "
+                             f"{args[i].type}, not a floating-point tensor")
+        out.append(i)
+    return out
+
+
+def _forward_copy(module: ir.Module, func_op: ir.Operation, new_name: str) -> ir.Operation:
+    """A copy of ``func_op`` named ``new_name`` with private calls inlined, placed after it."""
+    scratch = module.operation.clone()
+    source = function_name(func_op)
+    copy = next(op.operation for op in scratch.regions[0].blocks[0].operations
+                if op.operation.name == "func.func" and function_name(op) == source)
+    copy.attributes["sym_name"] = ir.StringAttr.get(new_name)
+    if "func.call" in str(copy):
+        run_pipeline(scratch, "builtin.module(inline)")
+    copy.move_after(func_op)
+    scratch.erase()
+    return copy
+
+
+def _build(module: ir.Module, func_op: ir.Operation, new_name: str, wrt: list[int],
+           vjp: bool, with_value: bool) -> ir.Operation:
+    if new_name in ir.SymbolTable(module.operation):
+        raise ValueError(f"module already has a function @{new_name}")
+    copy = _forward_copy(module, func_op, new_name)
+    blocks = copy.regions[0].blocks
+    if len(blocks) != 1:
+        raise IRError(f"@{function_name(func_op)} has {len(blocks)} blocks; only single-block functions are supported")
+    block = blocks[0]
+    ret = list(block.operations)[-1].operation
+    ys = list(ret.operands)
+    ret_loc = ret.location
+    ret.erase()
+    args = list(block.arguments)
+    with ir.InsertionPoint(block), ir.Location.name(new_name, childLoc=ret_loc):
+        if vjp:
+            seeds = [block.add_argument(y.type, ret_loc) for y in ys]
+        else:
+            seeds = [hlo.ones(y.type) if is_float(y) else None for y in ys]
+        xs = [args[i] for i in wrt]
+        grads = backprop(ys, seeds, xs, name=new_name)
+        grads = [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
+        results = (ys if with_value else []) + grads
+        hlo.return_(results)
+    hlo.set_function_type(copy, [a.type for a in block.arguments], [r.type for r in results])
+    run_pipeline(copy, CLEANUP)
+    verify(copy, f"@{new_name}")
+    return copy
+
+
+def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] | None = None, *,
+                 grad: bool = True, vjp: bool = False, with_value: bool = False) -> list[str]:
+    """Add ``@F_grad`` (and/or ``@F_vjp``) for function ``func`` to ``module`` in place.
+
+    Returns the names of the added functions.
+    """
+    func_op = find_function(module, func)
+    name = function_name(func_op)
+    wrt = _check_wrt(func_op, wrt)
+    added = []
+    with module.context:
+        if grad:
+            added.append(function_name(_build(module, func_op, f"{name}_grad", wrt, False, with_value)))
+        if vjp:
+            added.append(function_name(_build(module, func_op, f"{name}_vjp", wrt, True, with_value)))
+    return added
+
+
+def differentiate(text: str, func: str | None = None, wrt: Sequence[int] | None = None, *,
+                  grad: bool = True, vjp: bool = False, with_value: bool = False) -> str:
+    """Text in, text out: parse a StableHLO module and add its adjoint functions."""
+    module = parse_module(text)
+    verify(module, "input module")
+    add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value)
+    return module.operation.get_asm(enable_debug_info=False)

@@ -1,0 +1,166 @@
+"""The one import shim for the MLIR Python bindings shipped with IREE.
+
+Everything else in irgrad reaches MLIR through this module: the shared
+context, parsing and verification with one-line errors, the dtype <-> element
+type table, and cheap (cached) reads of tensor types.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+
+from iree.compiler import ir, passmanager  # noqa: F401  (re-exported)
+
+__all__ = [
+    "ir", "passmanager", "IRError", "context", "parse_module", "verify",
+    "element_type", "dtype_name", "tensor_type", "shape", "elem", "is_float",
+    "is_integer", "is_float_type", "is_integer_type", "loc_name", "run_pipeline",
+]
+
+
+class IRError(ValueError):
+    """Malformed or invalid MLIR (parse or verifier failure)."""
+
+
+_lock = threading.Lock()
+_context: ir.Context | None = None
+
+
+def context() -> ir.Context:
+    """The process-wide MLIR context (stablehlo, chlo and func registered)."""
+    global _context
+    with _lock:
+        if _context is None:
+            _context = ir.Context()
+            _context.allow_unregistered_dialects = False
+        return _context
+
+
+def _one_line(message: str) -> str:
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def parse_module(text: str) -> ir.Module:
+    """Parse StableHLO/CHLO/func text into a verified module or raise IRError."""
+    ctx = context()
+    with ctx:
+        try:
+            module = ir.Module.parse(text)
+        except ir.MLIRError as e:
+            raise IRError(f"invalid MLIR: {_one_line(e)}") from None
+    return module
+
+
+def verify(op: ir.Operation | ir.Module, what: str = "module") -> None:
+    """Run the MLIR verifier; on failure dump the IR and name the file."""
+    operation = op.operation if hasattr(op, "operation") else op
+    try:
+        operation.verify()
+    except ir.MLIRError as e:
+        fd, path = tempfile.mkstemp(prefix="irgrad-invalid-", suffix=".mlir")
+        with os.fdopen(fd, "w") as f:
+            f.write(operation.get_asm(enable_debug_info=True, assume_verified=True))
+        raise IRError(f"{what} failed MLIR verification: {_one_line(e)} (IR written to {path})") from None
+
+
+def run_pipeline(op: ir.Operation, pipeline: str) -> None:
+    """Run a textual pass pipeline (e.g. 'builtin.module(canonicalize,cse)') on op."""
+    with context():
+        pm = passmanager.PassManager.parse(pipeline)
+        try:
+            pm.run(op.operation if hasattr(op, "operation") else op)
+        except ir.MLIRError as e:
+            raise IRError(f"pass pipeline {pipeline} failed: {_one_line(e)}") from None
+
+
+# ----- dtypes -----------------------------------------------------------------
+
+# numpy-style dtype name -> MLIR element type spelling.
+_DTYPES = {
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
+    "bool": "i1",
+}
+_DTYPE_OF_SPELLING = {v: k for k, v in _DTYPES.items()}
+_elem_cache: dict[str, ir.Type] = {}
+_type_cache: dict[ir.Type, tuple[tuple[int, ...], ir.Type]] = {}
+_float_cache: dict[ir.Type, bool] = {}
+
+
+def element_type(dtype: str) -> ir.Type:
+    """MLIR element type for a numpy-style dtype name ('float32' -> f32)."""
+    t = _elem_cache.get(dtype)
+    if t is None:
+        spelling = _DTYPES.get(dtype)
+        if spelling is None:
+            raise TypeError(f"unsupported dtype {dtype!r}; supported: {', '.join(_DTYPES)}")
+        with context():
+            t = _elem_cache[dtype] = ir.Type.parse(spelling)
+    return t
+
+
+def dtype_name(element: ir.Type) -> str:
+    """numpy-style dtype name of an MLIR element type (f32 -> 'float32')."""
+    spelling = str(element)
+    name = _DTYPE_OF_SPELLING.get(spelling)
+    if name is None:
+        raise TypeError(f"unsupported element type {spelling}; supported: {', '.join(_DTYPE_OF_SPELLING)}")
+    return name
+
+
+def tensor_type(shape_: tuple[int, ...] | list[int], element: ir.Type | str) -> ir.RankedTensorType:
+    if isinstance(element, str):
+        element = element_type(element)
+    with context(), ir.Location.unknown():
+        return ir.RankedTensorType.get(list(shape_), element)
+
+
+def _describe(t: ir.Type) -> tuple[tuple[int, ...], ir.Type]:
+    d = _type_cache.get(t)
+    if d is None:
+        rt = ir.RankedTensorType(t)
+        d = _type_cache[t] = (tuple(rt.shape), rt.element_type)
+    return d
+
+
+def shape(v: ir.Value | ir.Type) -> tuple[int, ...]:
+    """Static shape of a ranked tensor value (or type)."""
+    return _describe(v if isinstance(v, ir.Type) else v.type)[0]
+
+
+def elem(v: ir.Value | ir.Type) -> ir.Type:
+    """Element type of a ranked tensor value (or type)."""
+    return _describe(v if isinstance(v, ir.Type) else v.type)[1]
+
+
+def is_float(v: ir.Value | ir.Type) -> bool:
+    """True for values whose elements are floating point (they carry gradients)."""
+    t = v if isinstance(v, ir.Type) else v.type
+    r = _float_cache.get(t)
+    if r is None:
+        r = _float_cache[t] = isinstance(t.maybe_downcast(), ir.RankedTensorType) and is_float_type(elem(t))
+    return r
+
+
+def is_integer(v: ir.Value | ir.Type) -> bool:
+    t = v if isinstance(v, ir.Type) else v.type
+    return isinstance(t.maybe_downcast(), ir.RankedTensorType) and is_integer_type(elem(t))
+
+
+def is_float_type(element: ir.Type) -> bool:
+    return isinstance(element.maybe_downcast(), ir.FloatType)
+
+
+def is_integer_type(element: ir.Type) -> bool:
+    return isinstance(element.maybe_downcast(), ir.IntegerType)
+
+
+def loc_name(op: ir.Operation) -> str | None:
+    """The name of an op's NameLoc (the user's op name), or None."""
+    loc = op.location
+    try:
+        return loc.name_str
+    except AttributeError:
+        return None

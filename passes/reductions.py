@@ -1,0 +1,83 @@
+"""Adjoint rules of ``stablehlo.reduce`` with add, multiply, max and min bodies.
+
+Max/min convention (TensorFlow's ``reduce_max`` gradient): the cotangent is
+divided equally among the elements that tie for the extremum (the init value
+counts as one more candidate).
+"""
+from __future__ import annotations
+
+from . import hlo
+from .hlo import broadcast_in_dim, compare, convert, divide, multiply, select, splat
+from .mlir import elem, ir, shape
+from .registry import adjoint, missing
+
+_BODY_KINDS = {"stablehlo.add": "add", "stablehlo.multiply": "mul",
+               "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
+
+
+def reduce_kind(op: ir.Operation) -> str | None:
+    """add/mul/max/min when ``op``'s body is one such binary op of its two arguments."""
+    block = op.regions[0].blocks[0]
+    body = list(block.operations)
+    if len(op.operands) != 2 or len(body) != 2:
+        return None
+    combine, ret = body
+    args = list(block.arguments)
+    if set(combine.operands) != set(args) or list(ret.operands) != [combine.results[0]]:
+        return None
+    return _BODY_KINDS.get(combine.name)
+
+
+def _is_constant(v: ir.Value) -> bool:
+    return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant"
+
+
+def _kept(op: ir.Operation, rank: int) -> tuple[list[int], list[int]]:
+    dims = hlo.read_i64_array(op, "dimensions")
+    return dims, [d for d in range(rank) if d not in dims]
+
+
+@adjoint("stablehlo.reduce")
+def _reduce(op, cts):
+    """add: dx = broadcast(ct); max/min: ct split among ties; mul: product of the others"""
+    kind = reduce_kind(op)
+    if kind is None:
+        raise missing(op, " with this reduction body")
+    (ct,) = cts
+    x, init = op.operands
+    y = op.results[0]
+    dims, kept = _kept(op, len(shape(x)))
+    xs = shape(x)
+    spread = lambda v: broadcast_in_dim(v, xs, kept)  # noqa: E731
+    need_init = not _is_constant(init)
+    all_dims = range(len(shape(ct)))
+    if kind == "add":
+        dinit = hlo.reduce_sum(ct, all_dims) if need_init else None
+        return spread(ct), dinit
+    if kind in ("max", "min"):
+        hit = convert(compare(x, spread(y), "EQ"), elem(x))
+        init_hit = convert(compare(broadcast_in_dim(init, shape(y), []), y, "EQ"), elem(x))
+        count = hlo.add(hlo.reduce_sum(hit, dims), init_hit)
+        share = divide(ct, count)
+        dinit = hlo.reduce_sum(multiply(share, init_hit), all_dims) if need_init else None
+        return multiply(spread(share), hit), dinit
+    return _reduce_prod(x, init, y, ct, dims, spread, need_init)
+
+
+def _reduce_prod(x, init, y, ct, dims, spread, need_init):
+    """d x_i = ct * prod_{j != i} x_j, exact when some x_j are zero"""
+    zero, one = splat(0, x.type), splat(1, x.type)
+    is_zero = compare(x, zero, "EQ")
+    zeros = hlo.reduce_sum(convert(is_zero, elem(x)), dims)
+    nonzero_x = select(is_zero, one, x)
+    prod_nonzero = multiply(hlo.reduce(nonzero_x, dims, "mul"), broadcast_in_dim(init, shape(y), []))
+    no_zero = spread(compare(zeros, splat(0, zeros.type), "EQ"))
+    one_zero = spread(compare(zeros, splat(1, zeros.type), "EQ"))
+    others = select(no_zero, divide(spread(prod_nonzero), nonzero_x),
+                    select(one_zero, select(is_zero, spread(prod_nonzero), zero), zero))
+    dx = multiply(spread(ct), others)
+    dinit = None
+    if need_init:
+        prod_x = hlo.reduce(x, dims, "mul")
+        dinit = hlo.reduce_sum(multiply(ct, prod_x), range(len(shape(ct))))
+    return dx, dinit

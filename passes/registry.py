@@ -1,0 +1,82 @@
+"""The adjoint-rule registry, keyed by the StableHLO op name.
+
+Every rule has the same shape::
+
+    @adjoint("stablehlo.tanh")
+    def _tanh(op, cts):
+        '''d x = ct * (1 - y * y)'''
+        ...
+        return (dx,)
+
+``op`` is the forward op, ``cts`` one cotangent per result (``None`` is a
+symbolic zero), and the rule returns one cotangent per operand (``None`` for
+"no gradient"). Rules run with the insertion point and location set by the
+driver and build ops through :mod:`.hlo`.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from .mlir import ir
+
+Cotangent = Optional[ir.Value]
+Rule = Callable[[ir.Operation, Sequence[Cotangent]], Sequence[Cotangent]]
+
+RULES: dict[str, Rule] = {}
+NONDIFFERENTIABLE: set[str] = set()
+# stablehlo.composite dispatches on the composite's name.
+COMPOSITE_RULES: dict[str, Rule] = {}
+
+
+def adjoint(*names: str) -> Callable[[Rule], Rule]:
+    """Register the decorated function as the adjoint rule of ``names``."""
+    def register(rule: Rule) -> Rule:
+        for name in names:
+            if name in RULES or name in NONDIFFERENTIABLE:
+                raise KeyError(f"an adjoint rule for {name!r} is already registered")
+            RULES[name] = rule
+        return rule
+    return register
+
+
+def composite_adjoint(*names: str) -> Callable[[Rule], Rule]:
+    """Register the adjoint of ``stablehlo.composite`` ops with one of ``names``."""
+    def register(rule: Rule) -> Rule:
+        for name in names:
+            COMPOSITE_RULES[name] = rule
+        return rule
+    return register
+
+
+def nondifferentiable(*names: str) -> None:
+    """Ops whose operands get no gradient (comparisons, integer and bit ops, iota...)."""
+    for name in names:
+        if name in RULES:
+            raise KeyError(f"{name!r} already has an adjoint rule")
+        NONDIFFERENTIABLE.add(name)
+
+
+def has_rule(name: str) -> bool:
+    return name in RULES or name in NONDIFFERENTIABLE
+
+
+class MissingAdjointError(LookupError):
+    """An op on the path from xs to ys has no adjoint rule."""
+
+
+def missing(op: ir.Operation, detail: str = "") -> MissingAdjointError:
+    where = str(op.location)
+    name = op.name
+    what = f"No adjoint rule for '{name}'{detail} at {where}."
+    return MissingAdjointError(f"{what} Register one with @adjoint({name!r}) or mark it nondifferentiable.")
+
+
+def lookup(op: ir.Operation) -> Rule | None:
+    """The rule for ``op``; ``None`` when it is nondifferentiable; raise when unknown."""
+    name = op.name
+    rule = RULES.get(name)
+    if rule is not None:
+        return rule
+    if name in NONDIFFERENTIABLE:
+        return None
+    raise missing(op)

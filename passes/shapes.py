@@ -1,0 +1,107 @@
+"""Adjoint rules of data-movement ops.
+
+``broadcast_in_dim`` is the one place where broadcasting is undone: its
+adjoint sums the cotangent over the dimensions the broadcast created or
+expanded. Elementwise rules never unbroadcast.
+"""
+from __future__ import annotations
+
+from . import hlo
+from .hlo import read_i64_array
+from .mlir import shape
+from .registry import adjoint
+
+
+@adjoint("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim(op, cts):
+    """dx = reshape(sum of ct over new and expanded dims)"""
+    (ct,) = cts
+    x = op.operands[0]
+    dims = read_i64_array(op, "broadcast_dimensions")
+    xs, ys = shape(x), shape(ct)
+    summed = [d for d in range(len(ys)) if d not in dims]
+    summed += [d for i, d in enumerate(dims) if xs[i] == 1 and ys[d] != 1]
+    total = hlo.reduce_sum(ct, summed)
+    # The kept dims may be permuted relative to x's order.
+    kept = [d for d in dims if d not in summed]
+    order = sorted(range(len(kept)), key=lambda i: kept[i])
+    total = hlo.transpose(total, [order.index(i) for i in range(len(kept))]) if kept != sorted(kept) else total
+    return (hlo.reshape(total, xs),)
+
+
+@adjoint("stablehlo.reshape")
+def _reshape(op, cts):
+    """dx = reshape(ct, x.shape)"""
+    return (hlo.reshape(cts[0], shape(op.operands[0])),)
+
+
+@adjoint("stablehlo.transpose")
+def _transpose(op, cts):
+    """dx = transpose(ct, inverse permutation)"""
+    perm = read_i64_array(op, "permutation")
+    inverse = [perm.index(i) for i in range(len(perm))]
+    return (hlo.transpose(cts[0], inverse),)
+
+
+@adjoint("stablehlo.reverse")
+def _reverse(op, cts):
+    """dx = reverse(ct)"""
+    return (hlo.reverse(cts[0], read_i64_array(op, "dimensions")),)
+
+
+@adjoint("stablehlo.concatenate")
+def _concatenate(op, cts):
+    """each operand gets its slice of ct"""
+    (ct,) = cts
+    dim = hlo.read_int(op, "dimension")
+    s = shape(ct)
+    grads, offset = [], 0
+    for x in op.operands:
+        n = shape(x)[dim]
+        start = [0] * len(s)
+        limit = list(s)
+        start[dim], limit[dim] = offset, offset + n
+        grads.append(hlo.slice(ct, start, limit, [1] * len(s)))
+        offset += n
+    return tuple(grads)
+
+
+@adjoint("stablehlo.slice")
+def _slice(op, cts):
+    """dx = ct scattered back into zeros: pad with stride-1 interior padding"""
+    (ct,) = cts
+    x = op.operands[0]
+    start = read_i64_array(op, "start_indices")
+    strides = read_i64_array(op, "strides")
+    xs, cs = shape(x), shape(ct)
+    if 0 in cs:
+        return (hlo.zeros(x.type),)
+    high = [d - lo - ((n - 1) * st + 1) for d, lo, n, st in zip(xs, start, cs, strides)]
+    zero = hlo.zeros(hlo.tensor_type([], hlo.elem(ct)))
+    return (hlo.pad(ct, zero, start, high, [st - 1 for st in strides]),)
+
+
+@adjoint("stablehlo.pad")
+def _pad(op, cts):
+    """dx = the strided interior of ct; d padding_value = sum(ct) - sum(dx)"""
+    (ct,) = cts
+    x, value = op.operands
+    low = read_i64_array(op, "edge_padding_low")
+    high = read_i64_array(op, "edge_padding_high")
+    interior = read_i64_array(op, "interior_padding")
+    # Negative edge padding cropped x: grow ct back with zeros first.
+    zero = hlo.zeros(hlo.tensor_type([], hlo.elem(ct)))
+    if any(v < 0 for v in low + high):
+        ct = hlo.pad(ct, zero, [max(0, -v) for v in low], [max(0, -v) for v in high], [0] * len(low))
+        low, high = [max(0, v) for v in low], [max(0, v) for v in high]
+    cs = shape(ct)
+    dx = hlo.slice(ct, low, [d - h for d, h in zip(cs, high)], [i + 1 for i in interior])
+    all_ct, all_dx = range(len(cs)), range(len(shape(dx)))
+    dvalue = hlo.subtract(hlo.reduce_sum(ct, all_ct), hlo.reduce_sum(dx, all_dx))
+    return dx, dvalue
+
+
+@adjoint("stablehlo.optimization_barrier")
+def _optimization_barrier(op, cts):
+    """identity on every operand"""
+    return tuple(cts)
