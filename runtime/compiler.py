@@ -1,0 +1,255 @@
+"""StableHLO text -> IREE artifact, with an in-process and an on-disk cache.
+
+Cache key: sha256 of (IR text, the iree-compile flags, compiler version,
+producer). The disk cache lives in ``$IRGRAD_CACHE_DIR`` (default
+``~/.cache/irgrad``) under one folder per compiler version; each entry is a
+single self-describing .vmfb written atomically, so processes compiling the
+same module at once never see a partial file. Nothing is ever evicted: delete
+the folder to reclaim space.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .artifact import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, Artifact, atomic_write, read_metadata
+from .errors import ArtifactError, CompileError
+from .options import CompileOptions, Target
+from .signature import parse_module, public_functions, signature_of
+
+__all__ = ["compile", "compiler_version", "cache_dir", "cache_stats", "clear_memory_cache", "needs_system_link"]
+
+_MEMORY_CACHE_SIZE = 64
+_memory_cache: "collections.OrderedDict[str, Artifact]" = collections.OrderedDict()
+_stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0}
+
+# An f64 element type anywhere: tensor<f64>, tensor<3xf64>, complex<f64>.
+_F64 = re.compile(r"(?:(?<![\w])|(?<=[\d?]x))f64(?!\w)")
+# Symbols that IREE's embedded ELF cannot resolve, named as the StableHLO op.
+_LIBM_OPS = {"sin": "sine", "cos": "cosine", "tan": "tan", "tanh": "tanh", "atan2": "atan2"}
+
+
+def compiler_version() -> str:
+    """The version of the IREE compiler in use, e.g. ``3.13.0``."""
+    from iree.compiler.version import VERSION
+
+    return VERSION
+
+
+def cache_dir() -> Path:
+    """The on-disk cache folder for this compiler version."""
+    root = os.environ.get("IRGRAD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "irgrad")
+    return Path(root) / f"iree-{compiler_version()}"
+
+
+def cache_stats() -> dict[str, int]:
+    """Counters since process start: ``memory_hits``, ``disk_hits``, ``compiles``."""
+    return dict(_stats)
+
+
+def clear_memory_cache() -> None:
+    """Forgets every artifact cached in this process (the disk cache stays)."""
+    _memory_cache.clear()
+
+
+def needs_system_link(mlir_text: str, options: CompileOptions) -> bool:
+    """True for float64 modules on llvm-cpu for Linux.
+
+    IREE 3.13's embedded ELF has no libm, so f64 sine/cosine/tanh/atan2 fail to
+    link (``undefined symbol: sin``). Linked as a system shared object instead,
+    those calls resolve against the libm already loaded in the process, and the
+    results match numpy.
+    """
+    if options.target is not Target.LLVM_CPU or not _F64.search(mlir_text):
+        return False
+    return "linux" in options.triple if options.triple else sys.platform.startswith("linux")
+
+
+def compile(
+    mlir_text: str,
+    options: CompileOptions | Target | str | None = None,
+    *,
+    cache: bool = True,
+    producer: str | None = None,
+) -> Artifact:
+    """Compiles a StableHLO module with IREE.
+
+    Args:
+        mlir_text: the module as MLIR text (StableHLO, CHLO and func dialects).
+        options: CompileOptions, or just a target name; default llvm-cpu for this CPU.
+        cache: ``False`` skips both the in-process and the on-disk cache.
+        producer: recorded in the metadata, e.g. ``"irgrad 0.1.0"``.
+
+    Raises:
+        IRParseError: the text does not parse or verify.
+        CompileError: IREE rejected the module; the message names the first
+            error and the file holding the IR.
+    """
+    if options is None:
+        options = CompileOptions()
+    elif not isinstance(options, CompileOptions):
+        options = CompileOptions(target=options)
+    if not isinstance(mlir_text, str):
+        raise TypeError(f"expected MLIR text as str, got {type(mlir_text).__name__}")
+    flags = options.flags(system_link=needs_system_link(mlir_text, options))
+    key = _cache_key(mlir_text, flags, producer)
+
+    if cache:
+        hit = _memory_cache.get(key)
+        if hit is not None:
+            _memory_cache.move_to_end(key)
+            _stats["memory_hits"] += 1
+            return dataclasses.replace(hit, metadata=copy.deepcopy(hit.metadata), cached="memory")
+        artifact = _disk_get(key, options)
+        if artifact is not None:
+            _stats["disk_hits"] += 1
+            _remember(key, artifact)
+            return artifact
+
+    text, metadata = _annotate(mlir_text, options, flags, producer)
+    vmfb = _compile_text(text, mlir_text, options, flags)
+    _stats["compiles"] += 1
+    artifact = Artifact(vmfb=vmfb, target=options.target.value, options=options, metadata=metadata)
+    if cache:
+        _remember(key, artifact)
+        _disk_put(key, vmfb)
+    return artifact
+
+
+def _cache_key(mlir_text: str, flags: list[str], producer: str | None) -> str:
+    text_hash = hashlib.sha256(mlir_text.encode()).hexdigest()
+    material = json.dumps([SCHEMA, text_hash, flags, compiler_version(), producer])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _remember(key: str, artifact: Artifact) -> None:
+    _memory_cache[key] = artifact
+    while len(_memory_cache) > _MEMORY_CACHE_SIZE:
+        _memory_cache.popitem(last=False)
+
+
+def _disk_get(key: str, options: CompileOptions) -> Artifact | None:
+    path = cache_dir() / f"{key}.vmfb"
+    try:
+        vmfb = path.read_bytes()
+        metadata = read_metadata(vmfb)
+    except (OSError, ArtifactError, ValueError):
+        return None  # absent, unreadable or damaged: compile again and overwrite
+    return Artifact(vmfb=vmfb, target=options.target.value, options=options, metadata=metadata, cached="disk")
+
+
+def _disk_put(key: str, vmfb: bytes) -> None:
+    try:
+        atomic_write(cache_dir() / f"{key}.vmfb", vmfb)
+    except OSError:
+        pass  # a read-only or full cache folder must not fail the compile
+
+
+def _annotate(
+    mlir_text: str, options: CompileOptions, flags: list[str], producer: str | None
+) -> tuple[str, dict[str, Any]]:
+    """Parses the module, writes irgrad's metadata into each public function's
+    ``iree.reflection`` and returns the text to compile plus the metadata."""
+    from iree.compiler import ir
+
+    info = {
+        "schema": SCHEMA,
+        "target": options.target.value,
+        "flags": flags,
+        "options": {
+            "cpu": options.effective_cpu,
+            "triple": options.triple,
+            "cuda_arch": options.cuda_arch,
+            "rocm_arch": options.rocm_arch,
+            "extra_flags": list(options.extra_flags),
+        },
+        "iree_compiler": compiler_version(),
+        "producer": producer,
+    }
+    info_json = json.dumps(info, sort_keys=True)
+    functions: dict[str, Any] = {}
+    with ir.Context() as context:
+        module = parse_module(mlir_text, context)
+        for func in public_functions(module):
+            signature = signature_of(func)
+            functions[signature.name] = signature.to_json()
+            entries = {}
+            if "iree.reflection" in func.attributes:
+                old = ir.DictAttr(func.attributes["iree.reflection"])
+                entries = {old[i].name: old[i].attr for i in range(len(old))}
+            entries[SIGNATURE_KEY] = ir.StringAttr.get(json.dumps(signature.to_json()))
+            entries[ARTIFACT_KEY] = ir.StringAttr.get(info_json)
+            func.attributes["iree.reflection"] = ir.DictAttr.get(entries)
+        if not functions:
+            raise CompileError("the module has no public function to compile")
+        attrs = module.operation.attributes
+        name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else "module"
+        # Debug info keeps every location of the original text ("-":line:col).
+        text = module.operation.get_asm(enable_debug_info=True)
+    metadata = {**info, "module": name, "functions": functions}
+    return text, metadata
+
+
+def _compile_text(text: str, original: str, options: CompileOptions, flags: list[str]) -> bytes:
+    import iree.compiler as ic
+
+    # flags() starts with --iree-input-type and --iree-hal-target-backends,
+    # which compile_str adds itself.
+    try:
+        return ic.compile_str(
+            text,
+            target_backends=[options.target.value],
+            input_type="stablehlo",
+            extra_args=flags[2:],
+        )
+    except ic.CompilerToolError as error:
+        raise _compile_error(str(error), original, options) from None
+
+
+def _compile_error(output: str, mlir_text: str, options: CompileOptions) -> CompileError:
+    """One clear line from IREE's diagnostics, and the IR saved next to it."""
+    path = _save_failed_ir(mlir_text)
+    diagnostics = output.split("Diagnostics:", 1)[-1].split("\nInvoked with:", 1)[0].strip()
+    lines = [line.strip() for line in diagnostics.splitlines()]
+    first = next((line for line in lines if "error:" in line), lines[0] if lines else "iree-compile failed")
+    symbol = re.search(r"undefined symbol: (\w+)", first)
+    if symbol and options.target is Target.LLVM_CPU:
+        op = _LIBM_OPS.get(symbol.group(1), symbol.group(1))
+        first = (
+            f"f64 {op} is not supported by IREE {_release()}'s llvm-cpu backend "
+            f"for {options.triple or 'this platform'}; use target vmvx or float32 ({first})"
+        )
+    # Locations in the diagnostics point into the original text: name the copy.
+    if path is not None:
+        first = re.sub(r'^(?:<stdin>|-|"-"):(?=\d)', f"{path}:", first)
+        first = re.sub(r'loc\("(?:-|<stdin>)"', f'loc("{path}"', first)
+    first = re.sub(r"\s+loc\(.*\)$", "", first)
+    if len(first) > 400:
+        first = first[:397] + "..."
+    where = f" (IR written to {path})" if path else ""
+    return CompileError(f"{first}{where}", path=str(path) if path else None, diagnostics=diagnostics)
+
+
+def _save_failed_ir(mlir_text: str) -> Path | None:
+    digest = hashlib.sha256(mlir_text.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / "irgrad" / f"compile-error-{digest}.mlir"
+    try:
+        atomic_write(path, mlir_text.encode())
+    except OSError:
+        return None
+    return path
+
+
+def _release() -> str:
+    """``3.13`` for compiler version ``3.13.0rc20261016``."""
+    return ".".join(compiler_version().split(".")[:2])

@@ -1,0 +1,312 @@
+"""Loading an artifact on a device and calling its functions with numpy arrays.
+
+Arguments are checked against the function's signature before IREE sees
+them; results come back as numpy arrays that own their memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .artifact import read_metadata, read_sidecar, signatures_from_metadata, vm_module
+from .devices import Device, compiled_in_drivers, get_device
+from .errors import ArtifactError, DeviceError, iree_message
+from .options import Target
+from .signature import Signature, TensorType
+
+__all__ = ["load", "Module", "Function"]
+
+
+@functools.lru_cache(maxsize=None)
+def _element_types() -> dict[str, tuple[np.dtype, Any]]:
+    """dtype name -> (numpy storage dtype, HalElementType)."""
+    import iree.runtime as rt
+
+    E = rt.HalElementType
+    return {
+        "float16": (np.dtype(np.float16), E.FLOAT_16),
+        "bfloat16": (np.dtype(np.uint16), E.BFLOAT_16),
+        "float32": (np.dtype(np.float32), E.FLOAT_32),
+        "float64": (np.dtype(np.float64), E.FLOAT_64),
+        "bool": (np.dtype(np.int8), E.BOOL_8),
+        "int8": (np.dtype(np.int8), E.SINT_8),
+        "int16": (np.dtype(np.int16), E.SINT_16),
+        "int32": (np.dtype(np.int32), E.SINT_32),
+        "int64": (np.dtype(np.int64), E.SINT_64),
+        "uint8": (np.dtype(np.uint8), E.UINT_8),
+        "uint16": (np.dtype(np.uint16), E.UINT_16),
+        "uint32": (np.dtype(np.uint32), E.UINT_32),
+        "uint64": (np.dtype(np.uint64), E.UINT_64),
+    }
+
+
+_PYTHON_KINDS = {"b": "biufV", "i": "iufV", "u": "iufV", "f": "fV"}
+
+
+def _bfloat16() -> np.dtype | None:
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _fmt_shape(shape: Sequence[int | None]) -> str:
+    dims = ["?" if d is None else str(d) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+class Function:
+    """A callable public function of a loaded Module."""
+
+    def __init__(self, module: "Module", signature: Signature, vm_function: Any) -> None:
+        self._module = module
+        self._vm_function = vm_function
+        self.signature = signature
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    def __repr__(self) -> str:
+        return f"<irgrad Function {self.signature!r} on {self._module.device}>"
+
+    def __call__(self, *args: Any) -> np.ndarray | tuple[np.ndarray, ...] | None:
+        """Runs the function: one array for one result, a tuple for several, None for none."""
+        results = self.call_flat(*args)
+        if len(results) == 1:
+            return results[0]
+        return tuple(results) if results else None
+
+    def call_flat(self, *args: Any) -> list[np.ndarray]:
+        """Runs the function and returns every result in a list.
+
+        Raises:
+            TypeError: wrong number of arguments, or an array of the wrong dtype.
+            ValueError: an argument of the wrong shape.
+        """
+        import iree.runtime as rt
+
+        sig = self.signature
+        if len(args) != len(sig.inputs):
+            raise TypeError(f"{sig.name} expects {len(sig.inputs)} arguments, got {len(args)}")
+        arrays = [self._check(i, arg, t) for i, (arg, t) in enumerate(zip(args, sig.inputs))]
+
+        device = self._module._device
+        hal = device.hal_device
+        arg_list = rt.VmVariantList(len(arrays))
+        for array, t in zip(arrays, sig.inputs):
+            storage, element_type = _element_types()[t.dtype]
+            # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
+            host = np.asarray(array, order="C").view(storage)
+            arg_list.push_ref(
+                hal.allocator.allocate_buffer_copy(
+                    memory_type=rt.MemoryType.DEVICE_LOCAL,
+                    allowed_usage=rt.BufferUsage.DEFAULT,
+                    device=hal,
+                    buffer=host,
+                    element_type=element_type,
+                )
+            )
+        ret_list = rt.VmVariantList(len(sig.outputs))
+        self._module._context.invoke(self._vm_function, arg_list, ret_list)
+        return [
+            _to_numpy(hal, ret_list.get_as_object(i, rt.HalBufferView), t) for i, t in enumerate(sig.outputs)
+        ]
+
+    def _check(self, index: int, arg: Any, want: TensorType) -> np.ndarray:
+        where = f"{self.signature.name} argument {index}"
+        if want.dtype == "bfloat16":
+            dtype = _bfloat16()
+            if dtype is None:
+                raise TypeError(f"{where}: bfloat16 arguments need numpy's bfloat16 dtype from ml_dtypes")
+        else:
+            dtype = np.dtype(want.dtype)
+        if isinstance(arg, (np.ndarray, np.generic)):
+            array = np.asarray(arg)
+            if array.dtype != dtype:
+                raise TypeError(f"{where}: expected dtype {want.dtype}, got {array.dtype.name}")
+        else:
+            try:
+                given = np.asarray(arg)
+            except ValueError as error:  # ragged nested lists
+                raise TypeError(f"{where}: cannot convert {type(arg).__name__} to {want.dtype}: {error}") from None
+            if given.dtype.kind not in "biuf":
+                raise TypeError(f"{where}: cannot convert {type(arg).__name__} to {want.dtype}")
+            # Python bools fit any numeric dtype, ints any integer or float one
+            # (range-checked below), floats only float dtypes.
+            if dtype.kind not in _PYTHON_KINDS[given.dtype.kind]:
+                raise TypeError(f"{where}: cannot convert {given.dtype.name} values to {want.dtype}")
+            try:
+                array = np.asarray(arg, dtype=dtype)
+            except (OverflowError, ValueError) as error:
+                raise TypeError(f"{where}: cannot convert to {want.dtype}: {error}") from None
+        if not want.matches_shape(array.shape):
+            raise ValueError(f"{where}: expected shape {_fmt_shape(want.shape)}, got {_fmt_shape(array.shape)}")
+        return array
+
+
+def _to_numpy(hal_device: Any, view: Any, want: TensorType) -> np.ndarray:
+    """Copies a result buffer view into a numpy array that owns its memory."""
+    import iree.runtime as rt
+
+    storage, _ = _element_types()[want.dtype]
+    shape = list(view.shape)
+    buffer = view.get_buffer()
+    mappable = (buffer.memory_type() & int(rt.MemoryType.HOST_VISIBLE)) and (
+        buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED)
+    )
+    if view.byte_length == 0:
+        array = np.empty(shape, storage)
+    elif mappable:
+        array = np.array(view.map().asarray(shape, storage), copy=True)
+    else:
+        # IREE 3.13's DeviceArray.to_host() tries to import a numpy allocation,
+        # which Vulkan refuses (minImportedHostPointerAlignment 4096): copy
+        # through a host-visible staging buffer instead.
+        staging = hal_device.allocator.allocate_buffer(
+            memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+            allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+            allocation_size=buffer.byte_length(),
+        )
+        semaphore = hal_device.create_semaphore(0)
+        hal_device.queue_copy(
+            buffer,
+            staging,
+            wait_semaphores=rt.HalFence.create_at(semaphore, 0),
+            signal_semaphores=rt.HalFence.create_at(semaphore, 1),
+        )
+        rt.HalFence.create_at(semaphore, 1).wait()
+        array = np.array(staging.map().asarray(shape, storage), copy=True)
+    if want.dtype == "bool":
+        return array.astype(bool)
+    if want.dtype == "bfloat16":
+        bf16 = _bfloat16()
+        if bf16 is not None:
+            return array.view(bf16)
+        # Without ml_dtypes, widen exactly to float32 (bfloat16 is its top half).
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    return array
+
+
+class Module:
+    """An artifact loaded on a device.
+
+    ``module.functions`` maps names to signatures; ``module["f"]`` is the
+    callable ``Function``.
+    """
+
+    def __init__(self, device: Device, context: Any, vm_module: Any, metadata: dict[str, Any]) -> None:
+        self._device = device
+        self._context = context
+        self._vm_module = vm_module
+        self.metadata = metadata
+        self.functions: dict[str, Signature] = signatures_from_metadata(metadata)
+        self._callables: dict[str, Function] = {}
+
+    @property
+    def device(self) -> str:
+        """The driver this module runs on, e.g. ``local-task``."""
+        return self._device.driver
+
+    @property
+    def target(self) -> str | None:
+        """The compile target recorded in the artifact."""
+        return self.metadata.get("target")
+
+    def __getitem__(self, name: str) -> Function:
+        if name not in self.functions:
+            raise KeyError(f"no function {name!r}; available: {', '.join(self.functions) or 'none'}")
+        if name not in self._callables:
+            vm_function = self._vm_module.lookup_function(name)
+            self._callables[name] = Function(self, self.functions[name], vm_function)
+        return self._callables[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.functions
+
+    def __iter__(self):
+        return iter(self.functions)
+
+    def __repr__(self) -> str:
+        sigs = "; ".join(map(repr, self.functions.values()))
+        return f"<irgrad Module {self.metadata.get('module')} ({self.target}) on {self.device}: {sigs}>"
+
+
+def _major_minor(version: str | None) -> tuple[str, ...] | None:
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return match.groups() if match else None
+
+
+def runtime_version() -> str:
+    """The version of the IREE runtime in use."""
+    from iree.runtime.version import VERSION
+
+    return VERSION
+
+
+def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = None) -> Module:
+    """Loads an artifact (a .vmfb path or its bytes) on a device.
+
+    Args:
+        path_or_bytes: a .vmfb file (a ``.json`` sidecar next to it is read
+            when the artifact does not describe itself) or its bytes.
+        device: IREE driver name (``local-task``, ``local-sync``, ``vulkan``,
+            ``cuda``, ``hip``); ``None`` picks the one for the artifact's target.
+
+    Raises:
+        ArtifactError: not an IREE artifact, or built by another IREE version.
+        DeviceError: the device is missing or cannot run this artifact.
+    """
+    sidecar = None
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data = bytes(path_or_bytes)
+    else:
+        path = Path(path_or_bytes)
+        data = path.read_bytes()
+        sidecar = read_sidecar(path)
+    metadata = read_metadata(data, sidecar)
+    _check_version(metadata)
+
+    target = metadata.get("target")
+    driver = device or (Target.parse(target).default_driver if target else "local-task")
+    known = compiled_in_drivers()
+    if not isinstance(driver, str) or driver.split("://")[0] not in known:
+        raise DeviceError(f"unknown device {driver!r}; drivers: {', '.join(known)}")
+    if target and device is not None:
+        allowed = Target.parse(target).drivers
+        if device.split("://")[0] not in allowed:
+            raise DeviceError(
+                f"this artifact was compiled for {target} and cannot run on {device!r}; "
+                f"use {' or '.join(allowed)}, or compile for another target"
+            )
+    dev = get_device(driver)
+    module = vm_module(data, dev.instance)
+    import iree.runtime as rt
+
+    try:
+        context = rt.VmContext(dev.instance, modules=[dev.hal_module, module])
+    except (RuntimeError, ValueError) as error:
+        message = iree_message(error)
+        if "version" in message.lower():
+            raise ArtifactError(
+                f"this artifact was built by another IREE version ({metadata.get('iree_compiler') or 'unknown'}; "
+                f"runtime is {runtime_version()}): {message}; recompile it"
+            ) from None
+        raise DeviceError(f"cannot run this artifact on {driver!r}: {message}") from None
+    return Module(dev, context, module, metadata)
+
+
+def _check_version(metadata: dict[str, Any]) -> None:
+    built_by = metadata.get("iree_compiler")
+    if built_by and _major_minor(built_by) != _major_minor(runtime_version()):
+        raise ArtifactError(
+            f"this artifact was built by IREE compiler {built_by}, but the runtime is IREE "
+            f"{runtime_version()}; IREE artifacts only load in the release that built them: recompile it"
+        )

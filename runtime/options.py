@@ -1,0 +1,231 @@
+"""Typed compile options and the iree-compile flags they stand for."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import platform
+import re
+import shlex
+from typing import Iterable
+
+__all__ = ["Target", "CompileOptions"]
+
+
+class Target(str, enum.Enum):
+    """An IREE compile target backend (its value is IREE's backend name)."""
+
+    LLVM_CPU = "llvm-cpu"
+    VMVX = "vmvx"
+    VULKAN_SPIRV = "vulkan-spirv"
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: "str | Target") -> "Target":
+        """Returns the target named by ``value`` (aliases ``cpu`` and ``vulkan`` accepted).
+
+        Raises ValueError listing the allowed names.
+        """
+        if isinstance(value, Target):
+            return value
+        if isinstance(value, str):
+            name = value.strip().lower()
+            name = _TARGET_ALIASES.get(name, name)
+            for target in cls:
+                if target.value == name:
+                    return target
+        raise ValueError(f"unknown target {value!r}; allowed: {allowed_targets()}")
+
+    @property
+    def default_driver(self) -> str:
+        """The IREE runtime driver that runs this target's artifacts."""
+        return _DEFAULT_DRIVER[self]
+
+    @property
+    def drivers(self) -> tuple[str, ...]:
+        """Every IREE runtime driver that can run this target's artifacts."""
+        return _DRIVERS[self]
+
+
+_TARGET_ALIASES = {"cpu": "llvm-cpu", "vulkan": "vulkan-spirv"}
+_DEFAULT_DRIVER = {
+    Target.LLVM_CPU: "local-task",
+    Target.VMVX: "local-task",
+    Target.VULKAN_SPIRV: "vulkan",
+    Target.CUDA: "cuda",
+    Target.ROCM: "hip",
+}
+_DRIVERS = {
+    Target.LLVM_CPU: ("local-task", "local-sync"),
+    Target.VMVX: ("local-task", "local-sync"),
+    Target.VULKAN_SPIRV: ("vulkan",),
+    Target.CUDA: ("cuda",),
+    Target.ROCM: ("hip",),
+}
+
+
+def allowed_targets() -> str:
+    """The allowed target names, aliases in parentheses, for error messages."""
+    alias_of = {v: k for k, v in _TARGET_ALIASES.items()}
+    return ", ".join(
+        f"{t.value} ({alias_of[t.value]})" if t.value in alias_of else t.value for t in Target
+    )
+
+
+# Architectures of --iree-llvmcpu-target-triple that irgrad has checked.
+_TRIPLE_ARCHES = ("x86_64", "aarch64", "riscv64")
+_TRIPLE = re.compile(r"^(?P<arch>[a-z0-9_]+)(-[A-Za-z0-9_.]+){0,3}$")
+_CPU = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_CUDA_ARCH = re.compile(r"^sm_[0-9]{2,3}[a-z]?$")
+_ROCM_ARCH = re.compile(r"^gfx[0-9][0-9a-f]{1,3}$")
+
+# riscv64's "generic" CPU has no F/D extensions, so every float op would
+# become a soft-float libcall that the embedded linker cannot resolve.
+_RISCV64_GENERIC = (
+    "--iree-llvmcpu-target-cpu=generic-rv64",
+    "--iree-llvmcpu-target-cpu-features=+m,+a,+f,+d,+c",
+    "--iree-llvmcpu-target-abi=lp64d",
+)
+
+
+def _system_link_flags() -> list[str]:
+    """Link with IREE's bundled lld in GNU mode, so no system linker is needed."""
+    from iree.compiler.tools.binaries import find_tool
+
+    # iree-compile runs this "path" through the shell, so flags can ride along.
+    lld = shlex.quote(find_tool("iree-lld"))
+    return ["--iree-llvmcpu-link-embedded=false", f"--iree-llvmcpu-system-linker-path={lld} -flavor gnu"]
+
+
+def _host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """What to compile for. String fields are validated and normalised on construction.
+
+    Attributes:
+        target: compile target (``Target`` or its name; ``cpu`` and ``vulkan`` are aliases).
+        cpu: llvm-cpu only: ``"host"``, ``"generic"`` or an LLVM CPU name
+            (``skylake``, ``znver4``, ``neoverse-v2``). With a cross ``triple``,
+            ``"host"`` means ``"generic"``.
+        triple: llvm-cpu only: target triple such as ``aarch64-linux-gnu``;
+            ``None`` compiles for this machine.
+        cuda_arch: cuda only: ``sm_<NN>`` such as ``sm_80`` or ``sm_90a``.
+        rocm_arch: rocm only: ``gfx<N>`` such as ``gfx942`` or ``gfx1100``.
+        extra_flags: more iree-compile flags, appended last.
+    """
+
+    target: Target = Target.LLVM_CPU
+    cpu: str = "host"
+    triple: str | None = None
+    cuda_arch: str = "sm_80"
+    rocm_arch: str = "gfx942"
+    extra_flags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        set_("target", Target.parse(self.target))
+        if not isinstance(self.cpu, str) or not _CPU.match(self.cpu):
+            raise ValueError(
+                f"bad cpu {self.cpu!r}; allowed: host, generic, or an LLVM CPU name "
+                "(e.g. skylake, znver4, neoverse-v2)"
+            )
+        if self.triple is not None:
+            match = _TRIPLE.match(self.triple) if isinstance(self.triple, str) else None
+            if match is None or match.group("arch") not in _TRIPLE_ARCHES:
+                raise ValueError(
+                    f"bad triple {self.triple!r}; allowed: <arch>-<os>[-<env>] with arch one of "
+                    f"{', '.join(_TRIPLE_ARCHES)} (e.g. aarch64-linux-gnu)"
+                )
+            if self.target is not Target.LLVM_CPU:
+                raise ValueError(f"triple applies to target llvm-cpu only, not {self.target.value}")
+        if not isinstance(self.cuda_arch, str) or not _CUDA_ARCH.match(self.cuda_arch):
+            raise ValueError(
+                f"bad cuda_arch {self.cuda_arch!r}; allowed: sm_<NN> (e.g. sm_80, sm_90, sm_90a)"
+            )
+        if not isinstance(self.rocm_arch, str) or not _ROCM_ARCH.match(self.rocm_arch):
+            raise ValueError(
+                f"bad rocm_arch {self.rocm_arch!r}; allowed: gfx<N> (e.g. gfx90a, gfx942, gfx1100)"
+            )
+        flags = (self.extra_flags,) if isinstance(self.extra_flags, str) else self.extra_flags
+        flags = tuple(flags)
+        for flag in flags:
+            if not isinstance(flag, str) or not flag.startswith("-"):
+                raise ValueError(f"bad extra flag {flag!r}; allowed: iree-compile flags starting with '-'")
+        set_("extra_flags", flags)
+
+    @property
+    def is_cross(self) -> bool:
+        """True when compiling llvm-cpu code for another architecture than this machine's."""
+        return self.triple is not None and self.triple.split("-")[0] != _host_arch()
+
+    @property
+    def effective_cpu(self) -> str:
+        """The CPU passed to IREE: ``host`` turns into ``generic`` for a cross triple."""
+        return "generic" if self.cpu == "host" and self.is_cross else self.cpu
+
+    def flags(self, *, system_link: bool = False) -> list[str]:
+        """The iree-compile argument list (without input and output files).
+
+        ``system_link`` (llvm-cpu on Linux only) links executables as system
+        shared objects whose math calls the process's libm resolves; irgrad
+        turns it on for float64 modules, see ``compiler.needs_system_link``.
+        """
+        return [
+            "--iree-input-type=stablehlo",
+            f"--iree-hal-target-backends={self.target.value}",
+            *self.backend_flags(system_link=system_link),
+        ]
+
+    def backend_flags(self, *, system_link: bool = False) -> list[str]:
+        """``flags()`` without input type and target backend (what ``compile_str`` takes as ``extra_args``)."""
+        # Without this IREE silently turns float64 into float32, changing signatures.
+        flags = ["--iree-input-demote-f64-to-f32=false"]
+        if self.target is Target.LLVM_CPU:
+            if self.triple is not None:
+                flags.append(f"--iree-llvmcpu-target-triple={self.triple}")
+            arch = self.triple.split("-")[0] if self.triple else _host_arch()
+            if arch == "riscv64" and self.effective_cpu == "generic":
+                flags.extend(_RISCV64_GENERIC)
+            else:
+                # Passing a CPU explicitly also silences IREE's long warning.
+                flags.append(f"--iree-llvmcpu-target-cpu={self.effective_cpu}")
+            if system_link:
+                flags.extend(_system_link_flags())
+        elif self.target is Target.CUDA:
+            flags.append(f"--iree-cuda-target={self.cuda_arch}")
+        elif self.target is Target.ROCM:
+            flags.append(f"--iree-rocm-target={self.rocm_arch}")
+        flags.extend(self.extra_flags)
+        return flags
+
+    def replace(self, **changes: object) -> "CompileOptions":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_strings(
+        cls,
+        target: str = "llvm-cpu",
+        *,
+        cpu: str | None = None,
+        triple: str | None = None,
+        cuda_arch: str | None = None,
+        rocm_arch: str | None = None,
+        extra_flags: Iterable[str] = (),
+    ) -> "CompileOptions":
+        """Builds options from command-line style values; ``None`` keeps a default."""
+        given = {"cpu": cpu, "cuda_arch": cuda_arch, "rocm_arch": rocm_arch}
+        return cls(
+            target=Target.parse(target),
+            triple=triple,
+            extra_flags=tuple(extra_flags),
+            **{k: v for k, v in given.items() if v is not None},
+        )

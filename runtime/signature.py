@@ -1,0 +1,209 @@
+"""Function signatures of a StableHLO module: read from MLIR text, from JSON, or
+from the ``iree.abi.declaration`` that IREE writes into every exported function.
+
+Shapes are tuples of ints, ``None`` for a dynamic dimension; dtypes are
+numpy-style names (``float32``, ``int64``, ``bool``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from .errors import IRParseError
+
+__all__ = ["TensorType", "Signature", "DTYPES", "parse_signatures", "parse_declaration"]
+
+# MLIR element type -> numpy-style dtype name. StableHLO's signless iN is signed.
+_FROM_MLIR = {
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "i1": "bool",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "si8": "int8",
+    "si16": "int16",
+    "si32": "int32",
+    "si64": "int64",
+    "ui8": "uint8",
+    "ui16": "uint16",
+    "ui32": "uint32",
+    "ui64": "uint64",
+}
+_TO_MLIR = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "float64": "f64",
+    "bool": "i1",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "ui8",
+    "uint16": "ui16",
+    "uint32": "ui32",
+    "uint64": "ui64",
+}
+DTYPES: tuple[str, ...] = tuple(_TO_MLIR)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorType:
+    """Shape and dtype of one argument or result."""
+
+    shape: tuple[int | None, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        return dims + _TO_MLIR[self.dtype]
+
+    def matches_shape(self, shape: tuple[int, ...]) -> bool:
+        """True when ``shape`` fits, a dynamic dimension accepting any size."""
+        return len(shape) == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, shape)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TensorType":
+        return cls(tuple(data["shape"]), str(data["dtype"]))
+
+    @classmethod
+    def from_mlir(cls, text: str) -> "TensorType":
+        """Parses an MLIR ranked tensor type such as ``tensor<2x?xf32>``."""
+        match = re.fullmatch(r"\s*tensor<([^,>]*)>\s*", text)
+        if match is None:
+            raise ValueError(f"unsupported type {text!r}; irgrad handles ranked tensors only")
+        *dims, element = match.group(1).split("x")
+        if element not in _FROM_MLIR or any(d != "?" and not d.isdigit() for d in dims):
+            raise ValueError(f"unsupported type {text!r}; irgrad handles ranked tensors of {', '.join(DTYPES)}")
+        return cls(tuple(None if d == "?" else int(d) for d in dims), _FROM_MLIR[element])
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """Name, argument types and result types of one public function."""
+
+    name: str
+    inputs: tuple[TensorType, ...]
+    outputs: tuple[TensorType, ...]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        outs = ", ".join(map(str, self.outputs))
+        return f"{self.name}({ins}) -> ({outs})"
+
+    __str__ = __repr__
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> "Signature":
+        return cls(
+            name,
+            tuple(TensorType.from_json(t) for t in data["inputs"]),
+            tuple(TensorType.from_json(t) for t in data["outputs"]),
+        )
+
+
+def _first_diagnostic(error: Exception) -> str:
+    """One line from an MLIRError: ``line L:C: message``."""
+    diagnostics = getattr(error, "error_diagnostics", None) or []
+    if diagnostics:
+        diag = diagnostics[0]
+        loc = re.search(r":(\d+):(\d+)", str(diag.location))
+        where = f"line {loc.group(1)}:{loc.group(2)}: " if loc else ""
+        return where + " ".join(str(diag.message).split())
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
+def parse_module(text: str, context: Any) -> Any:
+    """Parses and verifies MLIR text in ``context``; IRParseError on failure."""
+    from iree.compiler import ir
+
+    if not isinstance(text, str):
+        raise TypeError(f"expected MLIR text as str, got {type(text).__name__}")
+    try:
+        return ir.Module.parse(text, context)
+    except ir.MLIRError as error:
+        raise IRParseError(f"invalid MLIR: {_first_diagnostic(error)}") from None
+
+
+def public_functions(module: Any) -> list[Any]:
+    """The public ``func.func`` ops at the top of a parsed module."""
+    funcs = []
+    for op in module.body.operations:
+        if op.operation.name != "func.func":
+            continue
+        attrs = op.operation.attributes
+        visibility = str(attrs["sym_visibility"]).strip('"') if "sym_visibility" in attrs else "public"
+        if visibility == "public":
+            funcs.append(op.operation)
+    return funcs
+
+
+def signature_of(func_op: Any) -> Signature:
+    """The Signature of a parsed ``func.func`` op."""
+    from iree.compiler import ir
+
+    attrs = func_op.attributes
+    name = ir.StringAttr(attrs["sym_name"]).value
+    ftype = ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value)
+
+    def convert(kind: str, index: int, t: Any) -> TensorType:
+        try:
+            return TensorType.from_mlir(str(t))
+        except ValueError as error:
+            raise ValueError(f"@{name} {kind} {index}: {error}") from None
+
+    return Signature(
+        name,
+        tuple(convert("argument", i, t) for i, t in enumerate(ftype.inputs)),
+        tuple(convert("result", i, t) for i, t in enumerate(ftype.results)),
+    )
+
+
+def parse_signatures(text: str) -> dict[str, Signature]:
+    """Signatures of the public functions of a StableHLO module, by name.
+
+    Raises IRParseError (a ValueError) when the text does not parse.
+    """
+    from iree.compiler import ir
+
+    with ir.Context() as context:
+        module = parse_module(text, context)
+        return {sig.name: sig for sig in map(signature_of, public_functions(module))}
+
+
+# One argument or result of IREE's declaration, e.g.
+#   %input2: tensor<i8> {iree.abi.encoding = tensor<ui8>}
+_DECL_ITEM = re.compile(
+    r"%(?P<kind>input|output)\d+:\s*(?P<type>tensor<[^>]*>|[^,)\s]+)"
+    r"(?:\s*\{[^}]*iree\.abi\.encoding\s*=\s*(?P<encoding>tensor<[^>]*>)[^}]*\})?"
+)
+
+
+def parse_declaration(name: str, declaration: str) -> Signature:
+    """The Signature in IREE's ``iree.abi.declaration`` reflection string.
+
+    Example: ``sync func @f(%input0: tensor<2x3xf32>) -> (%output0: tensor<2xf32>)``.
+    """
+    inputs, outputs = [], []
+    for match in _DECL_ITEM.finditer(declaration):
+        t = TensorType.from_mlir(match.group("encoding") or match.group("type"))
+        (inputs if match.group("kind") == "input" else outputs).append(t)
+    return Signature(name, tuple(inputs), tuple(outputs))
