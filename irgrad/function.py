@@ -227,6 +227,8 @@ class Function:
         return key, with_specs, arrays
 
     def get_concrete_function(self, *args, **kwargs) -> ConcreteFunction:
+        if not args and not kwargs and self.input_signature is not None:
+            args = tuple(self.input_signature)
         args, kwargs = self._bind(args, kwargs)
         key, with_specs, _ = self._specs_and_arrays(args, kwargs, lowering=True)
         return self._concrete(key, with_specs)

@@ -5,13 +5,13 @@ modules from any producer. Importing this package registers every adjoint rule.
 """
 from . import contractions, elementwise, reductions, regions, shapes  # noqa: F401  (register rules)
 from .backprop import AGGREGATIONS, backprop
-from .grad import add_adjoints, differentiate, find_function, public_functions
+from .grad import add_adjoints, differentiate, find_function, function_name, public_functions
 from .mlir import IRError, context, parse_module, verify
 from .registry import (NONDIFFERENTIABLE, RULES, MissingAdjointError, adjoint, composite_adjoint,
                        nondifferentiable)
 
 __all__ = [
-    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "find_function",
+    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "find_function", "function_name",
     "public_functions", "IRError", "context", "parse_module", "verify", "NONDIFFERENTIABLE",
     "RULES", "MissingAdjointError", "adjoint", "composite_adjoint", "nondifferentiable",
 ]

@@ -200,8 +200,12 @@ def _erf(op, cts):
 
 @adjoint("stablehlo.abs")
 def _abs(op, cts):
-    """dx = ct * sign(x)"""
-    return (multiply(cts[0], hlo.unary("stablehlo.sign", op.operands[0])),)
+    """dx = ct * sign(x): ct where x > 0, -ct where x < 0, 0 at 0"""
+    (ct,) = cts
+    x = op.operands[0]
+    zero = _const(0, x)
+    return (hlo.select(hlo.compare(x, zero, "GT"), ct,
+                       hlo.select(hlo.compare(x, zero, "LT"), negate(ct), _const(0, ct))),)
 
 
 @adjoint("stablehlo.sign")

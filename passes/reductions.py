@@ -7,8 +7,8 @@ counts as one more candidate).
 from __future__ import annotations
 
 from . import hlo
-from .hlo import broadcast_in_dim, compare, convert, divide, multiply, select, splat
-from .mlir import elem, ir, shape
+from .hlo import broadcast_in_dim, compare, divide, multiply, select, splat
+from .mlir import ir, shape
 from .registry import adjoint, missing
 
 _BODY_KINDS = {"stablehlo.add": "add", "stablehlo.multiply": "mul",
@@ -26,6 +26,11 @@ def reduce_kind(op: ir.Operation) -> str | None:
     if set(combine.operands) != set(args) or list(ret.operands) != [combine.results[0]]:
         return None
     return _BODY_KINDS.get(combine.name)
+
+
+def _indicator(pred: ir.Value, like: ir.Type) -> ir.Value:
+    """1.0 where ``pred`` holds, else 0.0 (a select: IREE's vmvx cannot convert i1 to f64)."""
+    return select(pred, splat(1, like), splat(0, like))
 
 
 def _is_constant(v: ir.Value) -> bool:
@@ -55,8 +60,8 @@ def _reduce(op, cts):
         dinit = hlo.reduce_sum(ct, all_dims) if need_init else None
         return spread(ct), dinit
     if kind in ("max", "min"):
-        hit = convert(compare(x, spread(y), "EQ"), elem(x))
-        init_hit = convert(compare(broadcast_in_dim(init, shape(y), []), y, "EQ"), elem(x))
+        hit = _indicator(compare(x, spread(y), "EQ"), x.type)
+        init_hit = _indicator(compare(broadcast_in_dim(init, shape(y), []), y, "EQ"), y.type)
         count = hlo.add(hlo.reduce_sum(hit, dims), init_hit)
         share = divide(ct, count)
         dinit = hlo.reduce_sum(multiply(share, init_hit), all_dims) if need_init else None
@@ -68,7 +73,7 @@ def _reduce_prod(x, init, y, ct, dims, spread, need_init):
     """d x_i = ct * prod_{j != i} x_j, exact when some x_j are zero"""
     zero, one = splat(0, x.type), splat(1, x.type)
     is_zero = compare(x, zero, "EQ")
-    zeros = hlo.reduce_sum(convert(is_zero, elem(x)), dims)
+    zeros = hlo.reduce_sum(_indicator(is_zero, x.type), dims)
     nonzero_x = select(is_zero, one, x)
     prod_nonzero = multiply(hlo.reduce(nonzero_x, dims, "mul"), broadcast_in_dim(init, shape(y), []))
     no_zero = spread(compare(zeros, splat(0, zeros.type), "EQ"))
