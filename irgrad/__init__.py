@@ -20,6 +20,9 @@ from .gradients import (AggregationMethod, NotDifferentiable, RegisterGradient, 
 from .runtime import Artifact, ArtifactError, CompileError, DeviceError, Module, load
 from .session import Session, placeholder
 from .variables import Variable
+from .custom_gradient import custom_gradient, grad_pass_through
+from .higher_order import hessian_vector_product, hessians, jacobian
+from .tape import GradientTape
 from . import math  # noqa: E402
 
 newaxis = None

@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import re
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -79,8 +79,15 @@ def has_default_graph() -> bool:
 
 
 def _sanitize(name: str) -> str:
+    """An op name for locations (TensorFlow allows '/', '.', '-')."""
     name = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name or "op")
     return name if name and not name[0].isdigit() else "_" + name
+
+
+def _symbol(name: str) -> str:
+    """A valid MLIR symbol name (function names)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", name or "fn")
+    return name if not name[0].isdigit() else "_" + name
 
 
 class Graph:
@@ -88,24 +95,77 @@ class Graph:
 
     _ids = itertools.count()
 
-    def __init__(self, name: str = "main"):
-        self.name = _sanitize(name)
+    def __init__(self, name: str = "main", parent: "Graph | None" = None):
+        """A graph; with ``parent``, a private function in the parent's module that
+        captures the parent's tensors as extra arguments (custom-gradient bodies)."""
+        self.parent = parent
+        self.name = _symbol(name)
         with context(), ir.Location.unknown():
-            self.module = ir.Module.create()
+            if parent is None:
+                self.module = ir.Module.create()
+                self._private_funcs: dict[str, str] = {}
+            else:
+                self.module = parent.module
+                self._private_funcs = parent._private_funcs
+                self.name = parent.unique_symbol(self.name)
             with ir.InsertionPoint(self.module.body):
-                self.func, block = hlo.func(self.name, [], [])
+                self.func, block = hlo.func(self.name, [], [], private=parent is not None)
         self._blocks: list[ir.Block] = [block]
         self._name_counts: dict[str, int] = {}
+        self._symbols = parent._symbols if parent is not None else {self.name}
         self._ops: dict[ir.Operation, Operation] = {}
         self._arg_names: dict[ir.Value, str] = {}
         self.placeholders: list[Tensor] = []
+        self.captures: dict[ir.Value, Tensor] = {}      # outer value -> argument of this graph
         self.variable_reads: dict[Any, Tensor] = {}   # Variable -> its argument tensor
         self.variable_values: dict[Any, Tensor] = {}  # Variable -> current value
+        self.read_watchers: list[Callable[[Any], None]] = []  # called on every variable read
         self.gradient_overrides: list[dict[str, str]] = []
         self.op_gradient_names: dict[ir.Operation, str] = {}
-        self.custom_gradients: dict[ir.Operation, Any] = {}
-        self._private_funcs: dict[str, str] = {}
         self.id = next(Graph._ids)
+
+    def unique_symbol(self, name: str) -> str:
+        """A function name not yet used in this graph's module."""
+        base, n = name, 0
+        while name in self._symbols:
+            n += 1
+            name = f"{base}_{n}"
+        self._symbols.add(name)
+        return name
+
+    def capture(self, t: "Tensor") -> "Tensor":
+        """``t`` (from an enclosing graph) as a tensor of this graph: an extra argument."""
+        if t.graph is self:
+            return t
+        if self.parent is None:
+            raise ValueError(f"tensor {t.name!r} belongs to {t.graph!r}, not to the current graph {self!r}; "
+                             "pass it as an argument instead of capturing it")
+        outer = self.parent.capture(t)
+        inner = self.captures.get(outer.value)
+        if inner is None:
+            inner = self.captures[outer.value] = self.add_argument(outer.shape, outer.dtype, "capture")
+        return inner
+
+    def notify_variable_read(self, variable) -> None:
+        for watch in self.read_watchers:
+            watch(variable)
+
+    @contextlib.contextmanager
+    def gradient_override_map(self, op_type_map: dict[str, str]) -> Iterator[None]:
+        """Ops created inside whose type is a key use the gradient registered under its value."""
+        if not isinstance(op_type_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in op_type_map.items()):
+            raise TypeError("gradient_override_map needs a dict of op type strings to gradient names")
+        self.gradient_overrides.append(dict(op_type_map))
+        try:
+            yield
+        finally:
+            self.gradient_overrides.pop()
+
+    def last_op(self) -> ir.Operation | None:
+        """The last op of the current block (a position marker for tapes)."""
+        ops = self._blocks[-1].operations
+        return ops[-1].operation if len(ops) else None
 
     # --- scoping ---
     @contextlib.contextmanager
@@ -128,6 +188,17 @@ class Graph:
         unique = self.unique_name(name)
         with context(), ir.InsertionPoint(self._blocks[-1]), ir.Location.name(unique):
             yield unique
+
+    def apply_gradient_overrides(self, values: Sequence[ir.Value]) -> None:
+        """Record the override (if any) for the ops producing ``values``."""
+        for v in values:
+            if not isinstance(v, ir.OpResult):
+                continue
+            op = v.owner.operation
+            for mapping in reversed(self.gradient_overrides):
+                if op.name in mapping:
+                    self.op_gradient_names[op] = mapping[op.name]
+                    break
 
     @contextlib.contextmanager
     def in_block(self, block: ir.Block) -> Iterator[None]:
@@ -164,6 +235,14 @@ class Graph:
 
     def arg_name(self, value: ir.Value) -> str:
         return self._arg_names.get(value, "arg")
+
+    def finish(self, results: Sequence["Tensor"] | Sequence[ir.Value]) -> None:
+        """End the function: return ``results`` and fix the function type."""
+        values = [r.value if isinstance(r, Tensor) else r for r in results]
+        with context(), ir.Location.name("return"), ir.InsertionPoint(self.entry_block):
+            hlo.return_(values)
+        hlo.set_function_type(self.func, [a.type for a in self.entry_block.arguments],
+                              [v.type for v in values])
 
     # --- private functions (composite decompositions) ---
     def private_function(self, key: str, build) -> str:

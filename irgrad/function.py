@@ -19,8 +19,8 @@ import numpy as np
 from . import dtypes, nest
 from .framework import Graph, Tensor, TensorShape
 from .ops.core import as_numpy, convert_to_tensor
-from .passes import hlo
-from .passes.mlir import context, ir, run_pipeline, verify
+from .passes.legalize import legalize_text
+from .passes.mlir import ir, run_pipeline, verify
 from .variables import Variable
 from .runtime import Artifact, CompileOptions, compile as compile_ir
 
@@ -78,7 +78,7 @@ class ConcreteFunction:
     _modules: dict = field(default_factory=dict)
 
     def compile(self, target: str = "llvm-cpu", **flags) -> Artifact:
-        return compile_ir(self.mlir, _options(target, flags), producer=_producer())
+        return compile_text(self.mlir, _options(target, flags))
 
     def module(self, target: str, device: str | None, flags: dict):
         key = (target, device, tuple(sorted(flags.items())))
@@ -100,6 +100,11 @@ class ConcreteFunction:
 def _producer() -> str:
     from . import __version__
     return f"irgrad {__version__}"
+
+
+def compile_text(text: str, options: CompileOptions, cache: bool = True) -> Artifact:
+    """The one path from StableHLO text to an artifact: IREE workarounds, then IREE."""
+    return compile_ir(legalize_text(text), options, cache=cache, producer=_producer())
 
 
 def _options(target: str, flags: dict) -> CompileOptions:
@@ -130,11 +135,7 @@ def trace(fn: Callable, name: str, args: tuple, kwargs: dict) -> ConcreteFunctio
             values.append(t.value)
         variables = [v for v, t in graph.variable_reads.items() if t is not None]
         updates = [v for v, t in graph.variable_values.items() if t is not graph.variable_reads.get(v)]
-        results = values + [graph.variable_values[v].value for v in updates]
-        with context(), ir.Location.name("return"), ir.InsertionPoint(graph.entry_block):
-            hlo.return_(results)
-        hlo.set_function_type(graph.func, [a.type for a in graph.entry_block.arguments],
-                              [r.type for r in results])
+        graph.finish(values + [graph.variable_values[v].value for v in updates])
     verify(graph.module, f"traced function {name!r}")
     return ConcreteFunction(graph, graph.name, specs, variables, outputs, slots, updates,
                             emit_text(graph.module))
@@ -345,4 +346,4 @@ def compile(mlir_text_or_lowered, target: str = "llvm-cpu", **flags) -> Artifact
     if not isinstance(mlir_text_or_lowered, str):
         raise TypeError(f"ig.compile takes MLIR text or the result of f.lower(), got "
                         f"{type(mlir_text_or_lowered).__name__}")
-    return compile_ir(mlir_text_or_lowered, _options(target, flags), producer=_producer())
+    return compile_text(mlir_text_or_lowered, _options(target, flags))

@@ -132,7 +132,7 @@ def _rule_for(graph) -> Callable[[ir.Operation], Any]:
         elif op.name in _USER_GRADIENTS:
             fn = _USER_GRADIENTS[op.name]
         else:
-            return graph.custom_gradients.get(op)
+            return None
         return _no_gradient_rule if fn is None else _user_rule(graph, fn)
     return rule_for
 
@@ -151,11 +151,19 @@ def gradients(ys, xs, grad_ys=None, name: str = "gradients", gate_gradients: boo
     seeds = _seeds(ys, grad_ys)
     stop = [t.value.owner.operation for t in (_source(s, graph) for s in _as_list(stop_gradients or []))
             if isinstance(t.value, ir.OpResult)]
+    return compute_gradients(graph, ys, xs, seeds, name=name, gate=gate_gradients, aggregation=aggregation,
+                             stop=stop, unconnected=unconnected)
+
+
+def compute_gradients(graph, ys: list[Tensor], xs: list[Tensor], seeds: list[Tensor | None], *,
+                      name: str = "gradients", gate: bool = False, aggregation: str = "add_n",
+                      stop=(), unconnected=UnconnectedGradients.NONE, allow=None) -> list[Tensor | None]:
+    """Run the reverse-mode driver in ``graph``'s current block (arguments already checked)."""
     scope = graph.unique_name(name or "gradients")
     with context(), ir.InsertionPoint(graph.block), ir.Location.name(scope):
         grads = backprop([y.value for y in ys], [s.value if s is not None else None for s in seeds],
                          [x.value for x in xs], stop=stop, rule_for=_rule_for(graph),
-                         aggregation=aggregation, gate=gate_gradients, name=scope)
+                         aggregation=aggregation, gate=gate, name=scope, allow=allow)
         if unconnected is UnconnectedGradients.ZERO:
             grads = [g if g is not None else hlo.zeros(x.value.type) for g, x in zip(grads, xs)]
     return [None if g is None else Tensor(g, graph) for g in grads]
@@ -169,7 +177,8 @@ def _source(x, graph) -> Tensor:
         return x
     reads = getattr(x, "_as_graph_tensor", None)
     if reads is not None:
-        return graph.variable_reads.get(x) or reads(graph)
+        read = graph.variable_reads.get(x)
+        return read if read is not None else reads(graph)
     raise TypeError(f"gradients: expected tensors or variables, got {type(x).__name__} {x!r}")
 
 

@@ -55,6 +55,9 @@ class Variable:
 
     # --- graph surface ---
     def _as_graph_tensor(self, graph) -> Tensor:
+        graph.notify_variable_read(self)
+        if graph.parent is not None:  # a function nested in a traced function: capture the outer read
+            return graph.capture(self._as_graph_tensor(graph.parent))
         current = graph.variable_values.get(self)
         if current is None:
             base = self.name.split(":")[0]

@@ -59,11 +59,12 @@ def captured_values(op: ir.Operation) -> list[ir.Value]:
     return [v for v in out if v not in inside]
 
 
-def active_ops(ys: Sequence[ir.Value], xs: set[ir.Value], stop: set[ir.Operation]) -> list[ir.Operation]:
+def active_ops(ys: Sequence[ir.Value], xs: set[ir.Value], stop: set[ir.Operation],
+               allow: Callable[[ir.Operation], bool] | None = None) -> list[ir.Operation]:
     """Ops between xs and ys in topological order (inputs first).
 
     An op is active when one of its floating-point inputs is an ``x`` or the
-    result of an active op, and it is not a stop op.
+    result of an active op, it is not a stop op, and ``allow(op)`` holds.
     """
     state: dict[ir.Operation, bool | None] = {}
     order: list[ir.Operation] = []
@@ -73,7 +74,7 @@ def active_ops(ys: Sequence[ir.Value], xs: set[ir.Value], stop: set[ir.Operation
     while stack:
         op, expanded = stack.pop()
         if expanded:
-            active = op not in stop and any(
+            active = op not in stop and (allow is None or allow(op)) and any(
                 is_float(v) and (v in xs or (isinstance(v, ir.OpResult) and state.get(v.owner.operation) is True))
                 for v in inputs_of.pop(op))
             state[op] = active
@@ -117,18 +118,19 @@ def _grad_location(op: ir.Operation, name: str) -> ir.Location:
 
 def backprop(ys: Sequence[ir.Value], seeds: Sequence[Cotangent], xs: Sequence[ir.Value], *,
              stop: Iterable[ir.Operation] = (), rule_for: RuleFor | None = None,
-             aggregation: str = "add_n", gate: bool = False,
-             name: str = "gradients") -> list[Cotangent]:
+             aggregation: str = "add_n", gate: bool = False, name: str = "gradients",
+             allow: Callable[[ir.Operation], bool] | None = None) -> list[Cotangent]:
     """Cotangents of ``xs`` given ``seeds`` for ``ys`` (``None`` where unconnected).
 
     ``rule_for(op)`` may return a rule that overrides the registry for one op
     (user-registered gradients); returning ``None`` falls back to the registry.
+    ``allow(op)`` restricts the ops gradients flow through (a tape's recording).
     """
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; accepted: {', '.join(AGGREGATIONS)}")
     xs_set = set(xs)
     stop_set = set(stop)
-    order = active_ops(ys, xs_set, stop_set)
+    order = active_ops(ys, xs_set, stop_set, allow)
 
     pending: dict[ir.Value, list[ir.Value]] = {}
     for y, seed in zip(ys, seeds):

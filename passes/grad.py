@@ -23,7 +23,24 @@ CLEANUP = "func.func(canonicalize,cse)"
 
 
 def public_functions(module: ir.Module) -> list[ir.Operation]:
-    return [op for op in functions(module) if "sym_visibility" not in op.attributes]
+    return [op for op in functions(module) if is_public(op)]
+
+
+def is_public(func_op: ir.Operation) -> bool:
+    """No sym_visibility, or JAX's explicit ``func.func public``."""
+    attrs = func_op.attributes
+    return "sym_visibility" not in attrs or ir.StringAttr(attrs["sym_visibility"]).value == "public"
+
+
+def has_calls(op: ir.Operation) -> bool:
+    """Whether ``op``'s regions contain a ``func.call`` (at any depth)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name == "func.call" or (len(inner.regions) and has_calls(inner)):
+                    return True
+    return False
 
 
 def functions(module: ir.Module) -> list[ir.Operation]:
@@ -42,7 +59,8 @@ def find_function(module: ir.Module, name: str | None) -> ir.Operation:
         public = public_functions(module)
         if len(public) != 1:
             names = ", ".join("@" + function_name(f) for f in public) or "none"
-            raise ValueError(f"module has {len(public)} public functions ({names}); choose one with func=...")
+            raise ValueError(f"module has {len(public)} public functions ({names}); choose one "
+                             "(func=... in Python, --func on the command line)")
         return public[0]
     for f in funcs:
         if function_name(f) == name:
@@ -71,25 +89,32 @@ def _check_wrt(func_op: ir.Operation, wrt: Sequence[int] | None) -> list[int]:
     return out
 
 
-def _forward_copy(module: ir.Module, func_op: ir.Operation, new_name: str) -> ir.Operation:
-    """A copy of ``func_op`` named ``new_name`` with private calls inlined, placed after it."""
+def _forward_copy(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str) -> ir.Operation:
+    """A copy of ``func_op`` named ``new_name`` with private calls inlined, placed after ``after``.
+
+    Argument and result attributes (e.g. JAX's ``jax.result_info``) describe F's
+    signature, not the adjoint's, so the copy drops them.
+    """
     scratch = module.operation.clone()
     source = function_name(func_op)
     copy = next(op.operation for op in scratch.regions[0].blocks[0].operations
                 if op.operation.name == "func.func" and function_name(op) == source)
     copy.attributes["sym_name"] = ir.StringAttr.get(new_name)
-    if "func.call" in str(copy):
+    for stale in ("arg_attrs", "res_attrs"):
+        if stale in copy.attributes:
+            del copy.attributes[stale]
+    if has_calls(copy):
         run_pipeline(scratch, "builtin.module(inline)")
-    copy.move_after(func_op)
+    copy.move_after(after)
     scratch.erase()
     return copy
 
 
-def _build(module: ir.Module, func_op: ir.Operation, new_name: str, wrt: list[int],
+def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str, wrt: list[int],
            vjp: bool, with_value: bool) -> ir.Operation:
     if new_name in ir.SymbolTable(module.operation):
         raise ValueError(f"module already has a function @{new_name}")
-    copy = _forward_copy(module, func_op, new_name)
+    copy = _forward_copy(module, after, func_op, new_name)
     blocks = copy.regions[0].blocks
     if len(blocks) != 1:
         raise IRError(f"@{function_name(func_op)} has {len(blocks)} blocks; only single-block functions are supported")
@@ -125,11 +150,12 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
     name = function_name(func_op)
     wrt = _check_wrt(func_op, wrt)
     added = []
+    last = func_op
     with module.context:
-        if grad:
-            added.append(function_name(_build(module, func_op, f"{name}_grad", wrt, False, with_value)))
-        if vjp:
-            added.append(function_name(_build(module, func_op, f"{name}_vjp", wrt, True, with_value)))
+        for kind, wanted in (("grad", grad), ("vjp", vjp)):
+            if wanted:
+                last = _build(module, last, func_op, f"{name}_{kind}", wrt, kind == "vjp", with_value)
+                added.append(function_name(last))
     return added
 
 

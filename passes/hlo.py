@@ -7,6 +7,7 @@ computed here from the operand types; callers that want user-facing errors
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Sequence
 
@@ -214,6 +215,37 @@ def pad(x: Value, value: Value, low: Sequence[int], high: Sequence[int], interio
         "interior_padding": i64_array(interior)}).result
 
 
+def dynamic_slice(x: Value, starts: Sequence[Value], sizes: Sequence[int]) -> Value:
+    """``stablehlo.dynamic_slice``: ``starts`` are scalar integer tensors (clamped by StableHLO)."""
+    return _create("stablehlo.dynamic_slice", [tensor_type(sizes, elem(x))], [x, *starts],
+                   {"slice_sizes": i64_array(sizes)}).result
+
+
+def dynamic_update_slice(x: Value, update: Value, starts: Sequence[Value]) -> Value:
+    return _create("stablehlo.dynamic_update_slice", [x.type], [x, update, *starts]).result
+
+
+# ----- control flow -----------------------------------------------------------------
+
+def while_(operands: Sequence[Value]) -> tuple[ir.Operation, ir.Block, ir.Block]:
+    """``stablehlo.while`` carrying ``operands``: returns (op, cond block, body block).
+
+    The caller fills both blocks (their arguments are the carried values) and ends
+    each with ``return_(..., "stablehlo.return")``.
+    """
+    types = [v.type for v in operands]
+    op = _create("stablehlo.while", types, operands, regions=2)
+    cond = op.regions[0].blocks.append(*types)
+    body = op.regions[1].blocks.append(*types)
+    return op, cond, body
+
+
+def case(index: Value, result_types: Sequence[ir.Type], branches: int) -> tuple[ir.Operation, list[ir.Block]]:
+    """``stablehlo.case`` on a scalar i32 ``index``: returns (op, one empty block per branch)."""
+    op = _create("stablehlo.case", result_types, [index], regions=branches)
+    return op, [op.regions[i].blocks.append() for i in range(branches)]
+
+
 # ----- reductions ------------------------------------------------------------------
 
 REDUCERS = {"add": "stablehlo.add", "mul": "stablehlo.multiply",
@@ -323,3 +355,165 @@ def composite(name: str, operands: Sequence[Value], result_types: Sequence[ir.Ty
         attrs["composite_attributes"] = ir.DictAttr.get(attributes)
     op = _create("stablehlo.composite", result_types, operands, attrs)
     return list(op.results)
+
+
+# ----- windows, convolutions, indexing, sorting, branches ----------------------------
+
+_FIELD = re.compile(r"(\w+)\s*=\s*(\[[^\]]*\]|-?\d+)")
+GATHER_FIELDS = ("offset_dims", "collapsed_slice_dims", "operand_batching_dims",
+                 "start_indices_batching_dims", "start_index_map", "index_vector_dim")
+SCATTER_FIELDS = ("update_window_dims", "inserted_window_dims", "input_batching_dims",
+                  "scatter_indices_batching_dims", "scatter_dims_to_operand_dims", "index_vector_dim")
+
+
+def read_struct(op: ir.Operation, name: str) -> dict[str, list[int] | int]:
+    """The fields of a StableHLO struct attribute such as ``#stablehlo.gather<...>``."""
+    out: dict[str, list[int] | int] = {}
+    for key, value in _FIELD.findall(str(op.attributes[name])):
+        out[key] = [int(v) for v in value[1:-1].split(",") if v.strip()] if value[0] == "[" else int(value)
+    return out
+
+
+def struct_attr(kind: str, fields: dict, order: Sequence[str]) -> ir.Attribute:
+    """``#stablehlo.<kind><...>`` from a field dict (empty lists left out)."""
+    parts = []
+    for key in order:
+        value = fields.get(key, [])
+        if isinstance(value, int):
+            parts.append(f"{key} = {value}")
+        elif value:
+            parts.append(f"{key} = [{', '.join(str(int(v)) for v in value)}]")
+    return attr(f"#stablehlo.{kind}<{', '.join(parts)}>")
+
+
+def read_i64s(op: ir.Operation, name: str, default: Sequence[int]) -> list[int]:
+    """An optional ``array<i64: ...>`` attribute, ``default`` when absent."""
+    return read_i64_array(op, name) if name in op.attributes else list(default)
+
+
+def read_padding(op: ir.Operation, name: str, rank: int) -> list[tuple[int, int]]:
+    """An optional ``dense<...> : tensor<Nx2xi64>`` (low, high) padding attribute."""
+    if name not in op.attributes:
+        return [(0, 0)] * rank
+    flat = list(ir.DenseIntElementsAttr(op.attributes[name]))
+    return [(flat[2 * i], flat[2 * i + 1]) for i in range(len(flat) // 2)]
+
+
+def padding_attr(pads: Sequence[tuple[int, int]]) -> ir.Attribute:
+    array = np.asarray(pads, dtype=np.int64).reshape(-1, 2)
+    return ir.DenseElementsAttr.get(array, type=tensor_type(array.shape, "int64"))
+
+
+def window_output(size: int, window: int, stride: int, low: int, high: int,
+                  base_dilation: int = 1, window_dilation: int = 1) -> int:
+    """Number of window positions along one dimension (reduce_window, convolution)."""
+    padded = (size - 1) * base_dilation + 1 + low + high if size else low + high
+    span = (window - 1) * window_dilation + 1
+    return 0 if padded < span else (padded - span) // stride + 1
+
+
+def convolution(lhs: Value, rhs: Value, spec: Sequence[Sequence[int]], *, strides: Sequence[int],
+                padding: Sequence[tuple[int, int]], lhs_dilation: Sequence[int], rhs_dilation: Sequence[int],
+                feature_group_count: int = 1, batch_group_count: int = 1,
+                precision: ir.Attribute | None = None, element: ir.Type | None = None) -> Value:
+    """``stablehlo.convolution``. ``spec`` = (lhs, rhs, out) layouts, each as
+    (batch | kernel-output-feature, feature | kernel-input-feature, *spatial) dimension numbers."""
+    (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = spec
+    xs, ws = shape(lhs), shape(rhs)
+    out = [0] * len(xs)
+    out[ob], out[of] = xs[lb] // batch_group_count, ws[ro]
+    for i, (a, b, c) in enumerate(zip(ls, rs, os_)):
+        out[c] = window_output(xs[a], ws[b], strides[i], *padding[i], lhs_dilation[i], rhs_dilation[i])
+    fmt = lambda xs: "[" + ", ".join(str(int(x)) for x in xs) + "]"  # noqa: E731
+    dims = attr(
+        f"#stablehlo.conv<raw input_batch_dimension = {lb}, input_feature_dimension = {lf}, "
+        f"input_spatial_dimensions = {fmt(ls)}, kernel_input_feature_dimension = {ri}, "
+        f"kernel_output_feature_dimension = {ro}, kernel_spatial_dimensions = {fmt(rs)}, "
+        f"output_batch_dimension = {ob}, output_feature_dimension = {of}, output_spatial_dimensions = {fmt(os_)}>")
+    attrs = {"window_strides": i64_array(strides), "padding": padding_attr(padding),
+             "lhs_dilation": i64_array(lhs_dilation), "rhs_dilation": i64_array(rhs_dilation),
+             "dimension_numbers": dims, "feature_group_count": i64(feature_group_count),
+             "batch_group_count": i64(batch_group_count)}
+    if precision is not None:
+        attrs["precision_config"] = precision
+    return _create("stablehlo.convolution", [tensor_type(out, element or elem(lhs))], [lhs, rhs], attrs).result
+
+
+def _reduce_window_op(xs: Sequence[Value], inits: Sequence[Value], window: Sequence[int],
+                      strides: Sequence[int], padding: Sequence[tuple[int, int]],
+                      base_dilations: Sequence[int], window_dilations: Sequence[int]) -> ir.Operation:
+    out = [window_output(*args) for args in zip(shape(xs[0]), window, strides, [p[0] for p in padding],
+                                                   [p[1] for p in padding], base_dilations, window_dilations)]
+    attrs = {"window_dimensions": i64_array(window), "window_strides": i64_array(strides),
+             "base_dilations": i64_array(base_dilations), "window_dilations": i64_array(window_dilations),
+             "padding": padding_attr(padding)}
+    return _create("stablehlo.reduce_window", [tensor_type(out, elem(x)) for x in xs], [*xs, *inits],
+                   attrs, regions=1)
+
+
+def reduce_window(x: Value, init: Value, kind: str, window: Sequence[int], strides: Sequence[int],
+                  padding: Sequence[tuple[int, int]], base_dilations: Sequence[int],
+                  window_dilations: Sequence[int]) -> Value:
+    """``stablehlo.reduce_window`` of one operand with an add/mul/max/min body (``init``: a scalar)."""
+    op = _reduce_window_op([x], [init], window, strides, padding, base_dilations, window_dilations)
+    block = op.regions[0].blocks.append(init.type, init.type)
+    with ir.InsertionPoint(block):
+        return_([binary(REDUCERS[kind], block.arguments[0], block.arguments[1])], "stablehlo.return")
+    return op.result
+
+
+def reduce_window_arg(x: Value, index: Value, init: Value, init_index: Value, kind: str,
+                      window: Sequence[int], strides: Sequence[int], padding: Sequence[tuple[int, int]],
+                      base_dilations: Sequence[int], window_dilations: Sequence[int]) -> tuple[Value, Value]:
+    """(max or min of each window, ``index`` of its first winner): a variadic reduce_window."""
+    op = _reduce_window_op([x, index], [init, init_index], window, strides, padding,
+                           base_dilations, window_dilations)
+    block = op.regions[0].blocks.append(init.type, init_index.type, init.type, init_index.type)
+    a, ai, b, bi = block.arguments
+    with ir.InsertionPoint(block):
+        tie = binary("stablehlo.and", compare(a, b, "EQ"), compare(ai, bi, "LT"))
+        take = binary("stablehlo.or", compare(a, b, "GT" if kind == "max" else "LT"), tie)
+        return_([select(take, a, b), select(take, ai, bi)], "stablehlo.return")
+    return op.results[0], op.results[1]
+
+
+def gather(x: Value, indices: Value, dims: dict, slice_sizes: Sequence[int]) -> Value:
+    """``stablehlo.gather``; ``dims`` holds the ``#stablehlo.gather`` fields (GATHER_FIELDS)."""
+    ivd = dims["index_vector_dim"]
+    batch = iter([d for i, d in enumerate(shape(indices)) if i != ivd])
+    skip = set(dims.get("collapsed_slice_dims", [])) | set(dims.get("operand_batching_dims", []))
+    offsets = [s for i, s in enumerate(slice_sizes) if i not in skip]
+    offset_dims = dims.get("offset_dims", [])
+    rank = len(shape(indices)) - (ivd < len(shape(indices))) + len(offsets)
+    pos = iter(offsets)
+    out = [next(pos) if i in offset_dims else next(batch) for i in range(rank)]
+    return _create("stablehlo.gather", [tensor_type(out, elem(x))], [x, indices], {
+        "dimension_numbers": struct_attr("gather", dims, GATHER_FIELDS),
+        "slice_sizes": i64_array(slice_sizes)}).result
+
+
+def scatter(x: Value, indices: Value, updates: Value, dims: dict, kind: str = "add") -> Value:
+    """``stablehlo.scatter`` of one operand (SCATTER_FIELDS in ``dims``): ``add``
+    accumulates duplicate indices, ``replace`` overwrites."""
+    op = _create("stablehlo.scatter", [x.type], [x, indices, updates],
+                 {"scatter_dimension_numbers": struct_attr("scatter", dims, SCATTER_FIELDS)}, regions=1)
+    scalar = tensor_type([], elem(x))
+    block = op.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        a, b = block.arguments
+        return_([add(a, b) if kind == "add" else b], "stablehlo.return")
+    return op.result
+
+
+def sort(operands: Sequence[Value], dimension: int, is_stable: bool = False) -> tuple[ir.Operation, ir.Block]:
+    """``stablehlo.sort``: (op, its empty comparator block: two scalar arguments per operand)."""
+    op = _create("stablehlo.sort", [v.type for v in operands], operands,
+                 {"dimension": i64(dimension), "is_stable": ir.BoolAttr.get(is_stable)}, regions=1)
+    scalars = [tensor_type([], elem(v)) for v in operands for _ in (0, 1)]
+    return op, op.regions[0].blocks.append(*scalars)
+
+
+def if_(pred: Value, result_types: Sequence[ir.Type]) -> tuple[ir.Operation, list[ir.Block]]:
+    """``stablehlo.if`` on a scalar i1: (op, [true block, false block])."""
+    op = _create("stablehlo.if", result_types, [pred], regions=2)
+    return op, [op.regions[i].blocks.append() for i in range(2)]

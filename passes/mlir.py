@@ -10,7 +10,20 @@ import os
 import tempfile
 import threading
 
+import importlib.util
+import sys
+import types
+
 from iree.compiler import ir, passmanager  # noqa: F401  (re-exported)
+
+# The bindings look up Python op classes for a dialect by importing
+# iree.compiler.dialects.<dialect> whenever they wrap an op; IREE ships none for
+# stablehlo/chlo, and a failed import is retried on every op (a full sys.path
+# search, ~100 us). An empty module makes the lookup succeed once and be cached.
+for _dialect in ("stablehlo", "chlo"):
+    _name = f"iree.compiler.dialects.{_dialect}"
+    if _name not in sys.modules and importlib.util.find_spec(_name) is None:
+        sys.modules[_name] = types.ModuleType(_name)
 
 __all__ = [
     "ir", "passmanager", "IRError", "context", "parse_module", "verify",
@@ -33,7 +46,9 @@ def context() -> ir.Context:
     with _lock:
         if _context is None:
             _context = ir.Context()
-            _context.allow_unregistered_dialects = False
+            # JAX attaches Shardy attributes (#sdy.op_sharding_rule<...>) and this
+            # build registers no sdy dialect: keep them as opaque attributes.
+            _context.allow_unregistered_dialects = True
         return _context
 
 

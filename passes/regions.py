@@ -1,25 +1,93 @@
-"""Adjoint rules of region-carrying ops: composites (stop-gradient and
-custom-gradient regions) and, later, calls and control flow.
+"""Adjoint rules of ``stablehlo.composite``: the regions that carry gradient intent.
+
+irgrad's IR convention (any producer may emit it; it stays pure StableHLO and
+IREE compiles it by inlining the decomposition):
+
+* ``stablehlo.composite "irgrad.stop_gradient" %x {decomposition = @id}``:
+  the value of ``%x``; no gradient reaches ``%x``.
+* ``%r:n = stablehlo.composite "irgrad.custom_gradient" %o0, ..., %om
+  {decomposition = @fwd, composite_attributes = {grad = @bwd}}``:
+  ``@fwd(o...) -> (r...)`` defines the value and
+  ``@bwd(dr_0, ..., dr_{n-1}, o_0, ..., o_m) -> (do_0, ..., do_m)`` the gradient:
+  one cotangent per operand, given the cotangent of every result and the
+  operands. A cotangent returned as a splat zero constant means "no gradient".
+* any other composite is differentiated through its decomposition.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
+from . import hlo
+from .backprop import backprop
 from .mlir import ir
-from .registry import COMPOSITE_RULES, adjoint, composite_adjoint, missing
+from .registry import COMPOSITE_RULES, adjoint, composite_adjoint
 
 STOP_GRADIENT = "irgrad.stop_gradient"
+CUSTOM_GRADIENT = "irgrad.custom_gradient"
 
 
 def composite_name(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["name"]).value
 
 
+def composite_attribute(op: ir.Operation, key: str) -> ir.Attribute | None:
+    if "composite_attributes" not in op.attributes:
+        return None
+    attrs = ir.DictAttr(op.attributes["composite_attributes"])
+    return attrs[key] if key in attrs else None
+
+
+def symbol(attr: ir.Attribute) -> str:
+    return ir.FlatSymbolRefAttr(attr).value
+
+
+def _module_of(op: ir.Operation) -> ir.Operation:
+    while op.name != "builtin.module":
+        op = op.parent.operation
+    return op
+
+
+def lookup_function(anchor: ir.Operation, name: str) -> ir.Operation:
+    """The ``func.func @name`` of the module that contains ``anchor``."""
+    module = _module_of(anchor)
+    try:
+        return ir.SymbolTable(module)[name].operation
+    except KeyError:
+        raise LookupError(f"function @{name} referenced at {anchor.location} is not in the module") from None
+
+
+def inline_function(func_op: ir.Operation, args: Sequence[ir.Value]) -> list[ir.Value]:
+    """Insert a copy of ``func_op``'s body at the ambient insertion point; return its results."""
+    clone = func_op.clone()
+    try:
+        block = clone.regions[0].blocks[0]
+        for formal, actual in zip(block.arguments, args):
+            formal.replace_all_uses_with(actual)
+        ops = [o.operation for o in block.operations]
+        results = list(ops[-1].operands)
+        ip = ir.InsertionPoint.current
+        for o in ops[:-1]:
+            o.detach_from_parent()
+            ip.insert(o)
+        return results
+    finally:
+        clone.erase()
+
+
+def is_zero_constant(v: ir.Value) -> bool:
+    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.constant":
+        return False
+    dense = ir.DenseElementsAttr(v.owner.operation.attributes["value"])
+    if not dense.is_splat:
+        return False
+    value = dense.get_splat_value()
+    return getattr(value, "value", None) == 0
+
+
 @adjoint("stablehlo.composite")
 def _composite(op, cts):
-    """dispatch on the composite's name"""
-    name = composite_name(op)
-    rule = COMPOSITE_RULES.get(name)
-    if rule is None:
-        raise missing(op, f" (composite {name!r})")
+    """dispatch on the composite's name; unknown names: the decomposition's adjoint"""
+    rule = COMPOSITE_RULES.get(composite_name(op), _through_decomposition)
     return rule(op, cts)
 
 
@@ -27,3 +95,22 @@ def _composite(op, cts):
 def _stop_gradient(op, cts):
     """no gradient reaches the operands"""
     return (None,) * len(op.operands)
+
+
+@composite_adjoint(CUSTOM_GRADIENT)
+def _custom_gradient(op, cts):
+    """d operands = @grad(cts..., operands...), splat zeros read as no gradient"""
+    grad = composite_attribute(op, "grad")
+    if grad is None:
+        raise LookupError(f"composite {CUSTOM_GRADIENT!r} at {op.location} has no 'grad' attribute")
+    cts = [ct if ct is not None else hlo.zeros(r.type) for ct, r in zip(cts, op.results)]
+    outs = inline_function(lookup_function(op, symbol(grad)), [*cts, *op.operands])
+    return [None if is_zero_constant(v) else v for v in outs]
+
+
+def _through_decomposition(op, cts):
+    """recompute the decomposition here and differentiate it"""
+    decomposition = lookup_function(op, symbol(op.attributes["decomposition"]))
+    operands = list(op.operands)
+    outs = inline_function(decomposition, operands)
+    return backprop(outs, list(cts), operands, name=f"{composite_name(op)}")

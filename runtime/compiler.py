@@ -220,8 +220,12 @@ def _compile_error(output: str, mlir_text: str, options: CompileOptions) -> Comp
     """One clear line from IREE's diagnostics, and the IR saved next to it."""
     path = _save_failed_ir(mlir_text)
     diagnostics = output.split("Diagnostics:", 1)[-1].split("\nInvoked with:", 1)[0].strip()
-    lines = [line.strip() for line in diagnostics.splitlines()]
-    first = next((line for line in lines if "error:" in line), lines[0] if lines else "iree-compile failed")
+    lines = [line.strip() for line in diagnostics.splitlines() if line.strip()]
+    first = next((line for line in lines if "error:" in line), None)
+    if first is None:  # no diagnostic: iree-compile crashed
+        crash = next((line for line in lines if "Stack dump" in line or "PLEASE submit" in line), None)
+        first = "iree-compile crashed" + (f" ({crash})" if crash else "") if crash or not lines else lines[0]
+    first = _clean_diagnostic(first)
     symbol = re.search(r"undefined symbol: (\w+)", first)
     if symbol and options.target is Target.LLVM_CPU:
         op = _LIBM_OPS.get(symbol.group(1), symbol.group(1))
@@ -233,11 +237,25 @@ def _compile_error(output: str, mlir_text: str, options: CompileOptions) -> Comp
     if path is not None:
         first = re.sub(r'^(?:<stdin>|-|"-"):(?=\d)', f"{path}:", first)
         first = re.sub(r'loc\("(?:-|<stdin>)"', f'loc("{path}"', first)
-    first = re.sub(r"\s+loc\(.*\)$", "", first)
     if len(first) > 400:
         first = first[:397] + "..."
     where = f" (IR written to {path})" if path else ""
     return CompileError(f"{first}{where}", path=str(path) if path else None, diagnostics=diagnostics)
+
+
+def _clean_diagnostic(line: str) -> str:
+    """``<unknown>:0: error: loc("a"("b")): msg`` -> ``error: msg (at "a"("b"))``."""
+    line = re.sub(r"^<unknown>:0:\s*", "", line)
+    m = re.search(r"(error|warning):\s*loc\(", line)
+    if not m:
+        return line
+    depth, i = 1, m.end()
+    while i < len(line) and depth:
+        depth += {"(": 1, ")": -1}.get(line[i], 0)
+        i += 1
+    where = line[m.end():i - 1]
+    rest = line[i:].lstrip(": ").strip()
+    return f"{line[:m.start()]}{m.group(1)}: {rest} (at {where})"
 
 
 def _save_failed_ir(mlir_text: str) -> Path | None:

@@ -18,10 +18,8 @@ def current_graph():
 
 
 def _check_graph(t: Tensor, graph) -> Tensor:
-    if t.graph is not graph:
-        raise ValueError(f"tensor {t.name!r} belongs to {t.graph!r}, not to the current graph {graph!r}; "
-                         "pass it as an argument instead of capturing it")
-    return t
+    """``t`` in ``graph``: captured when it comes from an enclosing graph."""
+    return t if t.graph is graph else graph.capture(t)
 
 
 def as_numpy(value, dtype: dtypes.DType | None) -> tuple[np.ndarray, dtypes.DType]:
@@ -53,7 +51,7 @@ def convert_to_tensor(value, dtype=None, name: str = "Const") -> Tensor:
     dtype = dtypes.as_dtype(dtype) if dtype is not None else None
     graph = current_graph()
     if isinstance(value, Tensor):
-        _check_graph(value, graph)
+        value = _check_graph(value, graph)
         if dtype is not None and value.dtype != dtype:
             raise ValueError(f"Tensor conversion requested dtype {dtype.name} for tensor {value.name!r} "
                              f"with dtype {value.dtype.name}")
@@ -130,15 +128,18 @@ def emit(name: str, build: Callable[..., ir.Value | Sequence[ir.Value]], graph=N
     graph = graph or current_graph()
     with graph.op_scope(name):
         out = build()
+    values = [out] if isinstance(out, ir.Value) else list(out)
+    if graph.gradient_overrides:
+        graph.apply_gradient_overrides(values)
     if isinstance(out, ir.Value):
         return Tensor(out, graph)
-    return [Tensor(v, graph) for v in out]
+    return [Tensor(v, graph) for v in values]
 
 
 def normalize_axis(axis: int, rank: int, op: str) -> int:
-    if not -rank <= axis < max(rank, 1) or (rank == 0 and axis not in (0, -1)):
+    if not -rank <= axis < rank:
         raise ValueError(f"{op}: axis {axis} is out of range for a tensor of rank {rank}")
-    return axis % rank if rank else 0
+    return axis % rank
 
 
 def normalize_axes(axis, rank: int, op: str) -> list[int]:

@@ -75,6 +75,11 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
                          f"(transpose_a={transpose_a}, transpose_b={transpose_b})")
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2], name)
     nb = len(batch)
+    if ka == 0:  # an empty sum (IREE 3.13 crashes on a zero-size contraction)
+        from .array_ops import zeros
+        m = a.shape[-1] if transpose_a else a.shape[-2]
+        n = b.shape[-2] if transpose_b else b.shape[-1]
+        return zeros(tuple(batch) + (m, n), a.dtype, name=name)
 
     def build():
         av = _to_batch(a, batch)

@@ -1,0 +1,182 @@
+"""``ig.GradientTape`` inside traced functions.
+
+Everything is a graph here, so a tape is a record of *where* it was
+recording: the ranges of ops appended to the current block while it was
+active. ``gradient`` runs the reverse-mode driver restricted to those ops,
+from sources that were watched (``watch``, or trainable variables read while
+recording).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from . import nest
+from .framework import Tensor
+from .gradients import UnconnectedGradients, _seeds, _source, _unconnected, compute_gradients
+from .ops.core import convert_to_tensor, current_graph
+from .passes.mlir import ir
+from .variables import Variable
+
+
+class GradientTape:
+    """Records the ops built while active; ``gradient``/``jacobian`` differentiate through them."""
+
+    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True):
+        self._persistent = persistent
+        self._watch_variables = watch_accessed_variables
+        self._graph = None
+        self._ranges: list[list] = []      # [start marker (exclusive), end marker (inclusive) or None]
+        self._watched: dict[ir.Value, Tensor] = {}
+        self._variables: list[Variable] = []
+        self._used = False
+
+    # --- recording ---
+    def __enter__(self) -> "GradientTape":
+        self._graph = current_graph()
+        self._block = self._graph.block
+        self._start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop()
+
+    def _start(self) -> None:
+        self._ranges.append([self._last_op(), None])
+        self._graph.read_watchers.append(self._on_read)
+
+    def _stop(self) -> None:
+        if self._ranges and self._ranges[-1][1] is None:
+            self._ranges[-1][1] = self._last_op() or _EMPTY
+            self._graph.read_watchers.remove(self._on_read)
+
+    def _last_op(self) -> ir.Operation | None:
+        ops = self._block.operations
+        return ops[-1].operation if len(ops) else None
+
+    @property
+    def _recording(self) -> bool:
+        return bool(self._ranges) and self._ranges[-1][1] is None
+
+    @contextlib.contextmanager
+    def stop_recording(self) -> Iterator[None]:
+        if not self._recording:
+            raise ValueError("Tape.stop_recording() called on a tape that is not recording")
+        self._stop()
+        try:
+            yield
+        finally:
+            self._start()
+
+    def reset(self) -> None:
+        recording = self._recording
+        if recording:
+            self._stop()
+        self._ranges.clear()
+        self._watched.clear()
+        self._variables.clear()
+        if recording:
+            self._start()
+
+    def _on_read(self, variable) -> None:
+        if self._watch_variables and variable.trainable and variable not in self._variables:
+            self._variables.append(variable)
+
+    def watch(self, tensor) -> None:
+        """Track ``tensor`` (a tensor, a variable, or a nested structure of them)."""
+        graph = self._graph or current_graph()
+        for t in nest.flatten(tensor):
+            if isinstance(t, Variable):
+                if t not in self._variables:
+                    self._variables.append(t)
+                continue
+            if not isinstance(t, Tensor):
+                raise ValueError(f"GradientTape.watch expects tensors or variables, got {t!r}")
+            t = convert_to_tensor(t)
+            if graph is not None and t.graph is not graph:
+                t = graph.capture(t)
+            self._watched[t.value] = t
+
+    def watched_variables(self) -> tuple:
+        return tuple(self._variables)
+
+    # --- differentiation ---
+    def _recorded(self):
+        """A predicate: was ``op`` appended to the tape's block while it was recording?"""
+        end_now = self._last_op()
+        ranges = [(start, end_now if end is None else end) for start, end in self._ranges]
+
+        def records(op: ir.Operation) -> bool:
+            if end_now is None or op.parent != end_now.parent:
+                return False  # not in the block the tape recorded
+            for start, end in ranges:
+                if end is _EMPTY:
+                    continue
+                if (start is None or start.is_before_in_block(op)) and (op == end or op.is_before_in_block(end)):
+                    return True
+            return False
+        return records
+
+    def _is_watched(self, source, t: Tensor) -> bool:
+        if isinstance(source, Variable):
+            return source in self._variables
+        return t.value in self._watched
+
+    def _check_use(self) -> None:
+        if self._graph is None:
+            raise RuntimeError("GradientTape.gradient called on a tape that never recorded; use "
+                               "`with ig.GradientTape() as tape:` inside a traced function")
+        if self._used and not self._persistent:
+            raise RuntimeError("A non-persistent GradientTape can only be used to compute one set of "
+                               "gradients (or jacobians)")
+        self._used = True
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=UnconnectedGradients.NONE):
+        """d target / d sources (structure of sources), like ``tf.GradientTape.gradient``."""
+        self._check_use()
+        unconnected = _unconnected(unconnected_gradients)
+        graph = self._graph
+        targets = [convert_to_tensor(t) for t in nest.flatten(target)]
+        flat_sources = nest.flatten(sources)
+        tensors = [_source(s, graph) for s in flat_sources]
+        seeds = _seeds(targets, None if output_gradients is None else nest.flatten(output_gradients))
+        watched = [self._is_watched(s, t) for s, t in zip(flat_sources, tensors)]
+        grads = compute_gradients(graph, targets, [t for t, w in zip(tensors, watched) if w], seeds,
+                                  name="tape_gradient", unconnected=unconnected, allow=self._recorded())
+        it = iter(grads)
+        out = []
+        for t, w in zip(tensors, watched):
+            if w:
+                out.append(next(it))
+            elif unconnected is UnconnectedGradients.ZERO:
+                from .ops.array_ops import zeros_like
+                out.append(zeros_like(t))
+            else:
+                out.append(None)
+        return nest.pack_sequence_as(sources, out)
+
+    def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
+                 parallel_iterations=None, experimental_use_pfor=True):
+        """d target[i] / d source for every element i: shape target.shape + source.shape per source."""
+        from .higher_order import _jacobian_one
+        self._check_use()
+        unconnected = _unconnected(unconnected_gradients)
+        graph = self._graph
+        y = convert_to_tensor(target)
+        flat_sources = nest.flatten(sources)
+        out = []
+        records = self._recorded()
+        for s in flat_sources:
+            t = _source(s, graph)
+            if self._is_watched(s, t):
+                out.append(_jacobian_one(y, t, unconnected, "tape_jacobian", allow=records))
+            elif unconnected is UnconnectedGradients.ZERO:
+                from .ops.array_ops import zeros
+                out.append(zeros(tuple(y.shape) + tuple(t.shape), t.dtype))
+            else:
+                out.append(None)
+        return nest.pack_sequence_as(sources, out)
+
+
+_EMPTY = object()  # end marker of a range during which the block stayed empty

@@ -1,0 +1,57 @@
+"""Semantics-preserving rewrites for IREE 3.13 lowering bugs, applied just before compiling.
+
+* Float ``stablehlo.power``: IREE computes ``exp(y * log(x))``, which is NaN
+  for a negative base even with an integral exponent (``(-2)^3``) and for
+  ``0^0``. StableHLO (like C's ``pow``) defines both. The rewrite computes
+  ``|x|^y`` and fixes the sign for odd integral exponents, NaN for a negative
+  base with a non-integral exponent, and 1 for a zero exponent.
+"""
+from __future__ import annotations
+
+from . import hlo
+from .mlir import ir, is_float, parse_module
+
+
+def _powers(op: ir.Operation, out: list[ir.Operation]) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name == "stablehlo.power" and is_float(inner.results[0]):
+                    out.append(inner)
+                if len(inner.regions):
+                    _powers(inner, out)
+
+
+def _safe_power(x: ir.Value, y: ir.Value) -> ir.Value:
+    t = x.type
+    zero, one, two = hlo.splat(0, t), hlo.splat(1, t), hlo.splat(2, t)
+    magnitude = hlo.binary("stablehlo.power", hlo.unary("stablehlo.abs", x), y)
+    integral = hlo.compare(hlo.unary("stablehlo.floor", y), y, "EQ")
+    odd = hlo.compare(hlo.binary("stablehlo.remainder", y, two), zero, "NE")
+    negative_base = hlo.select(integral, hlo.select(odd, hlo.negate(magnitude), magnitude),
+                               hlo.splat(float("nan"), t))
+    value = hlo.select(hlo.compare(x, zero, "LT"), negative_base, magnitude)
+    return hlo.select(hlo.compare(y, zero, "EQ"), one, value)
+
+
+def legalize_for_iree(module: ir.Module) -> int:
+    """Rewrite ``module`` in place; returns the number of ops rewritten."""
+    found: list[ir.Operation] = []
+    _powers(module.operation, found)
+    for op in found:
+        with ir.InsertionPoint(op), op.location:
+            replacement = _safe_power(op.operands[0], op.operands[1])
+        op.results[0].replace_all_uses_with(replacement)
+        op.erase()
+    return len(found)
+
+
+def legalize_text(text: str) -> str:
+    """``legalize_for_iree`` on module text (returned unchanged when nothing applies)."""
+    if "stablehlo.power" not in text:
+        return text
+    module = parse_module(text)
+    if not legalize_for_iree(module):
+        return text
+    return module.operation.get_asm(enable_debug_info=True)

@@ -1,0 +1,608 @@
+"""The irgrad command line: every command, its output formats and its one-line errors.
+
+Most commands run in-process through typer's CliRunner; a few run as
+``python -m irgrad`` subprocesses where the real entry point, exit status and
+stderr matter. Three compiles in all, shared through module-scoped fixtures.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import irgrad
+from irgrad import runtime as rt
+from irgrad.cli import app, format_array, parse_input, progress
+
+try:  # click < 8.2 mixes stderr into stdout unless told not to
+    RUNNER = CliRunner(mix_stderr=False)
+except TypeError:
+    RUNNER = CliRunner()
+
+MODEL = '''
+import irgrad as ig
+
+@ig.function(input_signature=[ig.TensorSpec([2, 3], ig.float32), ig.TensorSpec([3], ig.float32)])
+def loss(x, w):
+    return ig.reduce_sum(ig.tanh(x * w) ** 2)
+
+@ig.function
+def nosig(x):
+    return x * 2.0
+
+def plain(x):
+    return x
+
+@ig.function(input_signature=[ig.TensorSpec([2])])
+def bad_trace(x):
+    raise ValueError("shapes do not fit")
+'''
+
+# f(a, b) = sin(a) * b, with an integer argument that gets no gradient.
+MLIR = """
+func.func @f(%a: tensor<3xf32>, %b: tensor<3xf32>, %n: tensor<i32>) -> tensor<3xf32> {
+  %0 = stablehlo.sine %a : tensor<3xf32>
+  %1 = stablehlo.multiply %0, %b : tensor<3xf32>
+  return %1 : tensor<3xf32>
+}
+"""
+
+CUSTOM_CALL = """
+func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.sine %a : tensor<2xf32>
+  %1 = stablehlo.custom_call @foo(%0) : (tensor<2xf32>) -> tensor<2xf32>
+  return %1 : tensor<2xf32>
+}
+"""
+
+X = np.array([[0.5, -1.0, 2.0], [0.1, 0.3, -0.7]], np.float32)
+W = np.array([0.2, -0.4, 0.9], np.float32)
+
+
+def loss_grads(x, w):
+    """d/dx and d/dw of sum(tanh(x * w) ** 2)."""
+    t = np.tanh(x.astype(np.float64) * w)
+    common = 2 * t * (1 - t * t)
+    return common * w, (common * x).sum(axis=0)
+
+
+def spec(array: np.ndarray) -> str:
+    """An --input for ``array`` (float32)."""
+    shape = "".join(f"{d}x" for d in array.shape)
+    return f"{shape}f32=" + ",".join(repr(float(v)) for v in array.ravel())
+
+
+def invoke(*args):
+    return RUNNER.invoke(app, [str(a) for a in args])
+
+
+def cli(*args, cwd=None):
+    """``python -m irgrad ARGS`` in a subprocess, importing the irgrad under test."""
+    root = str(Path(irgrad.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "irgrad", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)
+
+
+def error_line(result) -> str:
+    """The single stderr line of a failed command."""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("irgrad: error: "), lines[0]
+    return lines[0]
+
+
+def printed_results(stdout: str) -> list[np.ndarray]:
+    """Numbers of each ``result[i]`` printed by ``irgrad run``, flattened."""
+    values = re.findall(r"result\[\d+\]: hal\.buffer_view\n\S*?=(.*)", stdout)
+    return [np.array(re.split(r"[\s\[\]]+", v.strip(" []")), dtype=np.float64) for v in values]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    """Keeps the tests' disk cache out of the home folder (subprocesses inherit it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("irgrad-cache")
+        mp.setenv("IRGRAD_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli")
+    (path / "model.py").write_text(MODEL)
+    (path / "broken.py").write_text("import irgrad as ig\nraise RuntimeError('boom at import')\n")
+    (path / "f.mlir").write_text(MLIR)
+    (path / "custom_call.mlir").write_text(CUSTOM_CALL)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cpu_compile(work):
+    """model.py:loss with @loss_grad and @loss_vjp for llvm-cpu: (CliRunner result, path)."""
+    out = work / "m.vmfb"
+    result = invoke("compile", f"{work}/model.py:loss", "--grad", "--vjp", "-o", out)
+    assert result.exit_code == 0, result.output
+    return result, out
+
+
+@pytest.fixture(scope="module")
+def cuda_artifact(work) -> Path:
+    """Compiling for cuda needs no GPU."""
+    out = work / "mc.vmfb"
+    result = invoke("compile", f"{work}/model.py:loss", "--grad", "--target", "cuda", "-o", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def mlir_artifact(work) -> Path:
+    """f.mlir with @f_grad for vmvx."""
+    out = work / "f.vmfb"
+    result = invoke("compile", work / "f.mlir", "--grad", "--func", "f", "--target", "vmvx", "--no-cache", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "cache" not in result.stdout
+    return out
+
+
+# ----- --input syntax and result printing ------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2x2xf32=1,2,3,4", np.array([[1, 2], [3, 4]], np.float32)),
+    ("2x2xf32=1 2 3 4", np.array([[1, 2], [3, 4]], np.float32)),
+    ("2x2xf32=[1 2][3 4]", np.array([[1, 2], [3, 4]], np.float32)),
+    ("2x2xf32=[[1, 2], [3, 4]]", np.array([[1, 2], [3, 4]], np.float32)),
+    ("2x2xf32= 1, 2,3 ,4", np.array([[1, 2], [3, 4]], np.float32)),
+    ("2x2xf32=5", np.full((2, 2), 5, np.float32)),
+    ("2x2xf32", np.zeros((2, 2), np.float32)),
+    ("f32=3", np.array(3, np.float32)),
+    ("f64=-2.5e-3", np.array(-2.5e-3, np.float64)),
+    ("1xf32=3", np.array([3], np.float32)),
+    ("3xf32=inf -inf 1e-3", np.array([np.inf, -np.inf, 1e-3], np.float32)),
+    ("3xf16=1.5 2.1 65504", np.array([1.5, 2.1, 65504], np.float16)),
+    ("3xi1=1 0 true", np.array([True, False, True])),
+    ("2xi1=false", np.array([False, False])),
+    ("2x3xi32=1 2 3 4 5 -6", np.array([[1, 2, 3], [4, 5, -6]], np.int32)),
+    ("2xi64=9007199254740993 0x10", np.array([9007199254740993, 16], np.int64)),
+    ("3xui8=1 255 7", np.array([1, 255, 7], np.uint8)),
+    ("2xsi8=-128 127", np.array([-128, 127], np.int8)),
+    ("0x3xf32", np.zeros((0, 3), np.float32)),
+])
+def test_parse_input(text, expected):
+    (array,) = parse_input(text)
+    assert array.dtype == expected.dtype and array.shape == expected.shape
+    np.testing.assert_array_equal(array, expected)
+
+
+def test_parse_input_bf16():
+    (array,) = parse_input("2xbf16=1.5 3")
+    assert array.dtype.name == "bfloat16"
+    np.testing.assert_array_equal(array.astype(np.float32), [1.5, 3])
+
+
+def test_parse_input_files(tmp_path):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([1, 2], np.int32)
+    with open(tmp_path / "two.npy", "wb") as f:  # numpy.save appended twice: two inputs
+        np.save(f, a)
+        np.save(f, b)
+    arrays = parse_input(f"@{tmp_path}/two.npy")
+    assert [x.dtype for x in arrays] == [np.float32, np.int32]
+    np.testing.assert_array_equal(arrays[0], a)
+    np.testing.assert_array_equal(arrays[1], b)
+    a.tofile(tmp_path / "a.bin")
+    (raw,) = parse_input(f"2x3xf32=@{tmp_path}/a.bin")
+    np.testing.assert_array_equal(raw, a)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("3.5", "needs a type"),
+    ("2x2=1,2,3,4", "unknown element type '2'"),
+    ("2x2xf33=1", "unknown element type 'f33'; allowed: f16, bf16, f32"),
+    ("2x?xf32=1", "bad shape"),
+    ("2x2xf32=1,2", "2 values for shape 2x2xf32 (needs 4, or 1 to fill it)"),
+    ("2x2xf32=1,2,3,4,5", "5 values"),
+    ("2xf32=a b", "bad number 'a'"),
+    ("2xf32=1;2", "bad number '1;2'"),
+    ("2xi32=1.5 2", "bad integer '1.5'"),
+    ("2xi8=300 1", "300 is out of range for int8"),
+    ("2xi1=2 0", "bad i1 value '2'"),
+    ("@/nonexistent/x.npy", "No such file or directory"),
+    ("2xf32=@/nonexistent/x.bin", "No such file or directory"),
+])
+def test_parse_input_errors(text, message):
+    with pytest.raises(ValueError) as info:
+        parse_input(text)
+    assert str(info.value).startswith(f"bad --input {text!r}: ")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_parse_input_rejects_a_file_that_is_not_npy(tmp_path):
+    (tmp_path / "x.npy").write_text("hello")
+    with pytest.raises(ValueError, match="is not a .npy file"):
+        parse_input(f"@{tmp_path}/x.npy")
+
+
+@pytest.mark.parametrize("array, type_name, expected", [
+    (np.array([[1, 2], [3, 4]], np.float32), "f32", "2x2xf32=[1 2][3 4]"),
+    (np.array(3, np.float32), "f32", "f32=3"),
+    (np.array([0.1, 123456789, 1e-10, np.inf, -np.inf, np.nan], np.float32), "f32",
+     "6xf32=0.1 1.23457E+08 1E-10 INF -INF NAN"),
+    (np.arange(1, 9, dtype=np.float64).reshape(2, 2, 2), "f64", "2x2x2xf64=[[1 2][3 4]][[5 6][7 8]]"),
+    (np.array([True, False]), "i1", "2xi1=1 0"),
+    (np.array([-7, 255], np.int64), "i64", "2xi64=-7 255"),
+    (np.zeros((0, 3), np.float32), "f32", "0x3xf32="),
+    (np.array([2.1], np.float16), "f16", "1xf16=2.09961"),
+])
+def test_format_array(array, type_name, expected):
+    assert format_array(array, type_name) == expected
+
+
+def test_format_array_elides_like_iree():
+    assert format_array(np.ones(5, np.float32), "f32", limit=3) == "5xf32=1 1 1..."
+    assert format_array(np.ones((3, 2), np.float32), "f32", limit=3) == "3x2xf32=[1 1][1...][...]"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_only_on_a_terminal():
+    tty, pipe = _Terminal(), io.StringIO()
+    with progress("compiling", stream=tty, delay=0.01):
+        time.sleep(0.2)
+    assert tty.getvalue().startswith("\rcompiling (") and tty.getvalue().endswith("\r\033[K")
+    with progress("compiling", stream=pipe, delay=0.01):
+        time.sleep(0.05)
+    assert pipe.getvalue() == ""
+    quick = _Terminal()
+    with progress("compiling", stream=quick, delay=5):
+        pass
+    assert quick.getvalue() == ""
+
+
+# ----- global behaviour ------------------------------------------------------------------
+
+
+def test_help_and_version():
+    result = invoke()
+    assert result.exit_code == 0
+    for command in ("grad", "compile", "run", "emit", "inspect", "targets"):
+        assert command in result.stdout
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.startswith(f"irgrad {irgrad.__version__}")
+
+
+def test_usage_errors_are_one_line():
+    result = invoke("compile", "x.mlir")
+    assert result.exit_code == 2
+    assert "Missing option" in error_line(result) and "'-o'" in error_line(result)
+    result = invoke("frobnicate")
+    assert result.exit_code == 2 and "No such command" in error_line(result)
+
+
+def test_long_messages_are_cut(capsys):
+    from irgrad import cli as cli_module
+
+    assert cli_module._fail("x" * 5000, 1) == 1
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and len(line) < 1000 and "--debug" in line
+
+
+def test_debug_shows_the_traceback(work):
+    bad = work / "bad_debug.mlir"
+    bad.write_text("func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> { return %b : tensor<2xf32> }")
+    quiet = cli("grad", bad)
+    assert quiet.returncode == 1 and "Traceback" not in quiet.stderr
+    assert "invalid MLIR" in error_line(quiet)
+    loud = cli("--debug", "grad", bad)
+    assert loud.returncode == 1
+    assert "Traceback (most recent call last)" in loud.stderr and "IRError" in loud.stderr
+
+
+# ----- grad ------------------------------------------------------------------------------
+
+
+def test_grad_writes_adjoints(work, tmp_path):
+    out = tmp_path / "out.mlir"
+    result = invoke("grad", work / "f.mlir", "-o", out, "--vjp")
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    for name in ("@f(", "@f_grad(", "@f_vjp("):
+        assert name in text
+    # wrt defaults to the float arguments: two gradients, none for the i32.
+    assert re.search(r"@f_grad\([^)]*\) -> \(tensor<3xf32>, tensor<3xf32>\)", text)
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_grad_to_stdout_with_options(work):
+    result = invoke("grad", work / "f.mlir", "--wrt", "1", "--with-value")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"@f_grad\([^)]*\) -> \(tensor<3xf32>, tensor<3xf32>\)", result.stdout)
+
+
+def test_grad_missing_adjoint_leaves_output_untouched(work, tmp_path):
+    out = tmp_path / "OUT.mlir"
+    out.write_bytes(b"// an earlier result\n")
+    before = sorted(os.listdir(tmp_path))
+    result = cli("grad", work / "custom_call.mlir", "-o", out)
+    assert result.returncode == 1
+    line = error_line(result)
+    assert "stablehlo.custom_call" in line and ":4:" in line  # the op and its location
+    assert out.read_bytes() == b"// an earlier result\n"
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_grad_malformed_mlir(work, tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @f(%a: tensor<2xf32> {\n")
+    out = tmp_path / "out.mlir"
+    result = invoke("grad", bad, "-o", out)
+    assert result.exit_code == 1
+    assert "invalid MLIR" in error_line(result)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--wrt", "a,b"], 2, "bad --wrt 'a,b'"),
+    (["--wrt", "7"], 1, "wrt index 7 out of range"),
+    (["--wrt", "2"], 1, "not a floating-point tensor"),
+    (["--func", "nope"], 1, "no function @nope"),
+])
+def test_grad_bad_func_or_wrt(work, args, code, message):
+    result = invoke("grad", work / "f.mlir", *args)
+    assert result.exit_code == code
+    assert message in error_line(result)
+
+
+def test_grad_missing_file(tmp_path):
+    result = invoke("grad", tmp_path / "nope.mlir")
+    assert result.exit_code == 2 and "no such file" in error_line(result)
+
+
+# ----- emit ------------------------------------------------------------------------------
+
+
+def test_emit(work):
+    result = invoke("emit", f"{work}/model.py:loss")
+    assert result.exit_code == 0, result.output
+    assert "func.func @loss(" in result.stdout and "_grad" not in result.stdout
+    result = invoke("emit", f"{work}/model.py:loss", "--grad", "--vjp", "--with-value")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"@loss_grad\([^)]*\) -> \(tensor<f32>, tensor<2x3xf32>, tensor<3xf32>\)", result.stdout)
+    assert "@loss_vjp(" in result.stdout
+
+
+@pytest.mark.parametrize("source, message", [
+    ("model.py:nosig", "model.py:nosig has no input_signature; decorate it with @ig.function(input_signature="),
+    ("model.py:plain", "model.py:plain has no input_signature"),
+    ("model.py:nope", "has no 'nope' (ig.functions in it: bad_trace, loss, nosig)"),
+    ("model.py", "name the function as"),
+    ("missing.py:f", "missing.py: no such file"),
+])
+def test_emit_bad_sources(work, source, message):
+    result = invoke("emit", f"{work}/{source}")
+    assert result.exit_code == 2
+    assert message in error_line(result)
+
+
+def test_emit_model_that_raises(work):
+    result = invoke("emit", f"{work}/broken.py:loss")
+    assert result.exit_code == 1
+    assert error_line(result) == f"irgrad: error: {work}/broken.py: RuntimeError: boom at import"
+
+
+def test_emit_model_that_fails_to_trace(work):
+    result = invoke("emit", f"{work}/model.py:bad_trace")
+    assert result.exit_code == 1
+    assert error_line(result).endswith("model.py:bad_trace: ValueError: shapes do not fit")
+
+
+def test_emit_needs_grad_for_with_value(work):
+    result = invoke("emit", f"{work}/model.py:loss", "--with-value")
+    assert result.exit_code == 2 and "--with-value and --wrt need --grad or --vjp" in error_line(result)
+
+
+# ----- compile ---------------------------------------------------------------------------
+
+
+def test_compile_summary(cpu_compile):
+    result, out = cpu_compile
+    lines = result.stdout.splitlines()
+    assert re.match(rf"{re.escape(str(out))}: [\d,]+ bytes, llvm-cpu, cpu host, compiled in \d+\.\d\d s$", lines[0])
+    assert "  loss(2x3xf32, 3xf32) -> (f32)" in lines
+    assert "  loss_grad(2x3xf32, 3xf32) -> (2x3xf32, 3xf32)" in lines
+    assert "  loss_vjp(2x3xf32, 3xf32, f32) -> (2x3xf32, 3xf32)" in lines
+    assert out.is_file() and Path(f"{out}.json").is_file()
+    assert result.stderr == ""  # no progress output when not on a terminal
+
+
+def test_compile_again_hits_the_cache(work, cpu_compile):
+    out = work / "again.vmfb"
+    result = invoke("compile", f"{work}/model.py:loss", "--grad", "--vjp", "-o", out)
+    assert result.exit_code == 0 and "(from the memory cache)" in result.stdout
+    assert out.read_bytes() == cpu_compile[1].read_bytes()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target", "tpu"], "unknown target 'tpu'; allowed: llvm-cpu (cpu), vmvx, vulkan-spirv (vulkan), cuda, rocm"),
+    (["--cuda-arch", "sm_90"], "--cuda-arch applies to target cuda only, not llvm-cpu"),
+    (["--target", "vulkan", "--cpu", "generic"], "--cpu applies to target llvm-cpu only, not vulkan-spirv"),
+    (["--target", "cuda", "--cuda-arch", "90"], "bad cuda_arch '90'"),
+    (["--triple", "sparc-sun-solaris"], "bad triple"),
+    (["--func", "f"], "--func needs --grad or --vjp"),
+])
+def test_compile_usage_errors(work, tmp_path, args, message):
+    out = tmp_path / "x.vmfb"
+    result = invoke("compile", work / "f.mlir", "-o", out, *args)
+    assert result.exit_code == 2
+    assert message in error_line(result)
+    assert not out.exists()
+
+
+def test_compile_malformed_mlir(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @f(\n")
+    result = invoke("compile", bad, "-o", tmp_path / "x.vmfb")
+    assert result.exit_code == 1 and "invalid MLIR" in error_line(result)
+
+
+def test_compile_missing_adjoint(work, tmp_path):
+    result = invoke("compile", work / "custom_call.mlir", "--grad", "-o", tmp_path / "x.vmfb")
+    assert result.exit_code == 1 and "stablehlo.custom_call" in error_line(result)
+
+
+# ----- run -------------------------------------------------------------------------------
+
+
+def test_round_trip_gradient(cpu_compile, tmp_path):
+    _, artifact = cpu_compile
+    gx, gw = loss_grads(X, W)
+    result = cli("run", artifact, "--function", "loss_grad", "--input", spec(X), "--input", spec(W))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("EXEC @loss_grad\nresult[0]: hal.buffer_view\n2x3xf32=[")
+    printed = printed_results(result.stdout)
+    np.testing.assert_allclose(printed[0], gx.ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(printed[1], gw, rtol=1e-5, atol=1e-6)
+
+    # The same through .npy files, both inputs in one file, both results saved.
+    with open(tmp_path / "xw.npy", "wb") as f:
+        np.save(f, X)
+        np.save(f, W)
+    result = invoke("run", artifact, "-f", "loss_grad", "--input", f"@{tmp_path}/xw.npy",
+                    "--output", f"@{tmp_path}/gx.npy", "--output", f"@{tmp_path}/gw.npy")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "EXEC @loss_grad\n"
+    np.testing.assert_allclose(np.load(tmp_path / "gx.npy"), gx, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.load(tmp_path / "gw.npy"), gw, rtol=1e-5, atol=1e-7)
+
+
+def test_run_vjp_and_partial_outputs(cpu_compile, tmp_path):
+    _, artifact = cpu_compile
+    gx, gw = loss_grads(X, W)
+    # Fewer --output than results: the rest are printed.
+    result = invoke("run", artifact, "-f", "loss_vjp", "-i", spec(X), "-i", spec(W), "-i", "f32=2",
+                    "--output", f"@{tmp_path}/vx.npy")
+    assert result.exit_code == 0, result.output
+    np.testing.assert_allclose(np.load(tmp_path / "vx.npy"), 2 * gx, rtol=1e-5, atol=1e-7)
+    assert "result[0]" not in result.stdout
+    (printed,) = printed_results(result.stdout)
+    np.testing.assert_allclose(printed, 2 * gw, rtol=1e-5, atol=1e-6)
+    # '' skips a result, - prints it, + appends to a file.
+    for _ in range(2):
+        result = invoke("run", artifact, "-f", "loss", "-i", spec(X), "-i", spec(W), "--output", f"+{tmp_path}/l.npy")
+        assert result.exit_code == 0, result.output
+    with open(tmp_path / "l.npy", "rb") as f:
+        assert np.load(f) == np.load(f)
+    result = invoke("run", artifact, "-f", "loss_grad", "-i", spec(X), "-i", spec(W), "--output", "", "--output", "-")
+    assert result.exit_code == 0 and "result[0]" not in result.stdout and "result[1]" in result.stdout
+
+
+def test_run_on_another_device(mlir_artifact):
+    a, b = np.array([0.0, 1.0, 2.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)
+    result = invoke("run", mlir_artifact, "--function", "f_grad", "--device", "local-sync",
+                    "--input", spec(a), "--input", spec(b), "--input", "i32=4")
+    assert result.exit_code == 0, result.output
+    da, db = printed_results(result.stdout)
+    np.testing.assert_allclose(da, np.cos(a) * b, rtol=1e-5)
+    np.testing.assert_allclose(db, np.sin(a), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["-f", "loss", "-i", "2x3xf32=1", "-i", "2xf32=1"], 1, "loss argument 1: expected shape (3,), got (2,)"),
+    (["-f", "loss", "-i", "2x3xf32=1", "-i", "3xf64=1"], 1, "loss argument 1: expected dtype float32, got float64"),
+    (["-f", "loss", "-i", "2x3xf32=1"], 1, "loss expects 2 arguments, got 1"),
+    (["-f", "loss", "-i", "2x3xf32=1,2"], 2, "bad --input '2x3xf32=1,2'"),
+    (["-f", "loss", "-i", "2x3xf32=1", "-i", "3xf32=1", "--output", "a.npy"], 2, "bad --output 'a.npy'"),
+    (["-f", "loss", "-i", "2x3xf32=1", "-i", "3xf32=1", "--output", "-", "--output", "-"], 2,
+     "2 --output given, but loss returns 1 result"),
+    (["-f", "nope"], 2, "no function 'nope'"),
+    ([], 2, "has 3 functions; choose one with --function (loss, "),
+    (["-f", "loss", "--device", "vulkan"], 1, "compiled for llvm-cpu and cannot run on 'vulkan'"),
+])
+def test_run_errors(cpu_compile, args, code, message):
+    result = invoke("run", cpu_compile[1], *args)
+    assert result.exit_code == code
+    assert message in error_line(result)
+
+
+def test_corrupt_artifact(cpu_compile, tmp_path):
+    truncated = tmp_path / "truncated.vmfb"
+    truncated.write_bytes(cpu_compile[1].read_bytes()[:600])
+    garbage = tmp_path / "garbage.vmfb"
+    garbage.write_bytes(b"not an artifact at all")
+    for path in (truncated, garbage):
+        for command in (["run", path, "-f", "loss"], ["inspect", path]):
+            result = invoke(*command)
+            assert result.exit_code == 1
+            assert "not a valid IREE artifact (.vmfb)" in error_line(result)
+
+
+def test_run_cuda_artifact(cuda_artifact):
+    """Runs on an NVIDIA GPU where there is one; elsewhere fails in one line."""
+    result = invoke("run", cuda_artifact, "-f", "loss_grad", "-i", spec(X), "-i", spec(W))
+    if "cuda" in rt.available_drivers():
+        assert result.exit_code == 0, result.output
+        gx, gw = loss_grads(X, W)
+        printed = printed_results(result.stdout)
+        np.testing.assert_allclose(printed[0], gx.ravel(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(printed[1], gw, rtol=1e-5, atol=1e-6)
+    else:
+        assert result.exit_code == 1
+        assert "cannot create a 'cuda' device" in error_line(result)
+
+
+# ----- inspect / targets -----------------------------------------------------------------
+
+
+def test_inspect_cuda_artifact(cuda_artifact):
+    result = invoke("inspect", cuda_artifact)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "  loss_grad(2x3xf32, 3xf32) -> (2x3xf32, 3xf32)" in out.splitlines()
+    assert re.search(r"target: +cuda$", out, re.M)
+    assert "cuda-nvptx-fb" in out and "--iree-cuda-target=sm_80" in out
+    assert f"irgrad {irgrad.__version__}" in out and rt.compiler_version() in out
+
+
+def test_inspect_without_sidecar_or_as_json(cuda_artifact, tmp_path):
+    bare = tmp_path / "bare.vmfb"
+    bare.write_bytes(cuda_artifact.read_bytes())  # the metadata is embedded too
+    result = invoke("inspect", bare, "--json")
+    assert result.exit_code == 0, result.output
+    metadata = json.loads(result.stdout)
+    assert metadata["target"] == "cuda"
+    assert metadata["functions"]["loss_grad"]["outputs"] == [
+        {"shape": [2, 3], "dtype": "float32"}, {"shape": [3], "dtype": "float32"}]
+
+
+def test_inspect_missing_file(tmp_path):
+    result = invoke("inspect", tmp_path / "nope.vmfb")
+    assert result.exit_code == 2 and "no such file" in error_line(result)
+
+
+def test_targets():
+    result = invoke("targets")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert re.search(r"^  llvm-cpu \(alias cpu\) +flags: --cpu, --triple +runs on: local-task, local-sync$", out, re.M)
+    assert re.search(r"^  vulkan-spirv \(alias vulkan\) ", out, re.M)
+    assert re.search(r"^  cuda +flags: --cuda-arch ", out, re.M)
+    assert re.search(r"^  rocm +flags: --rocm-arch ", out, re.M)
+    devices = out.split("runtime devices here", 1)[1]
+    assert re.search(r"^  local-task +available", devices, re.M)
+    for driver in rt.available_drivers():
+        assert re.search(rf"^  {driver} +available", devices, re.M)
