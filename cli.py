@@ -314,6 +314,9 @@ def _describe_target(options: runtime.CompileOptions) -> str:
     if target == "llvm-cpu":
         return f"llvm-cpu, cpu {options.effective_cpu}" + (f", {options.triple}" if options.triple else "")
     if target == "cuda":
+        compiled = options.compiled_cuda_arch
+        if compiled != options.cuda_arch:  # IREE 3.13 knows no newer target: forward-compatible PTX
+            return f"cuda {options.cuda_arch} (as {compiled} PTX, compiled for the GPU when loaded)"
         return f"cuda {options.cuda_arch}"
     if target == "rocm":
         return f"rocm {options.rocm_arch}"

@@ -183,9 +183,10 @@ class Graph:
         return base if n == 0 else f"{base}_{n}"
 
     @contextlib.contextmanager
-    def op_scope(self, name: str) -> Iterator[str]:
-        """Insert ops at the end of the current block, located at a unique ``name``."""
-        unique = self.unique_name(name)
+    def op_scope(self, name: str, *, exact: bool = False) -> Iterator[str]:
+        """Insert ops at the end of the current block, located at a unique ``name``
+        (``exact``: ``name`` as given, for ops that finish an op begun earlier)."""
+        unique = name if exact else self.unique_name(name)
         with context(), ir.InsertionPoint(self._blocks[-1]), ir.Location.name(unique):
             yield unique
 

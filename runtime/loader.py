@@ -149,6 +149,11 @@ class Function:
                 raise TypeError(f"{where}: cannot convert to {want.dtype}: {error}") from None
         if not want.matches_shape(array.shape):
             raise ValueError(f"{where}: expected shape {_fmt_shape(want.shape)}, got {_fmt_shape(array.shape)}")
+        if array.itemsize < 4 and array.nbytes % 4 and self._module._portable_vulkan:
+            raise ValueError(
+                f"{where}: IREE 3.13's portable Vulkan target (32-bit storage only) reads {want.dtype} inputs "
+                f"of {array.nbytes} bytes (not a multiple of 4) wrongly; recompile with your GPU's Vulkan "
+                "target (extra flag --iree-vulkan-target=..., e.g. ampere, rdna3, valhall) or pass a wider dtype")
         return array
 
 
@@ -208,6 +213,9 @@ class Module:
         self._vm_module = vm_module
         self.metadata = metadata
         self.functions: dict[str, Signature] = signatures_from_metadata(metadata)
+        flags = metadata.get("flags") or []
+        self._portable_vulkan = device.driver == "vulkan" and not any(
+            str(f).startswith("--iree-vulkan-target") for f in flags)
         self._callables: dict[str, Function] = {}
 
     @property

@@ -200,11 +200,19 @@ class CompileOptions:
             if system_link:
                 flags.extend(_system_link_flags())
         elif self.target is Target.CUDA:
-            flags.append(f"--iree-cuda-target={self.cuda_arch}")
+            flags.append(f"--iree-cuda-target={self.compiled_cuda_arch}")
         elif self.target is Target.ROCM:
             flags.append(f"--iree-rocm-target={self.rocm_arch}")
         flags.extend(self.extra_flags)
         return flags
+
+    @property
+    def compiled_cuda_arch(self) -> str:
+        """The architecture IREE compiles for: IREE 3.13 has no target description past
+        sm_89 (iree-org/iree#22147), so newer GPUs get sm_80 PTX, which the CUDA driver
+        compiles for the GPU when the artifact loads (PTX is forward compatible)."""
+        number = int(re.match(r"sm_(\d+)", self.cuda_arch).group(1))
+        return "sm_80" if number > 89 else self.cuda_arch
 
     def replace(self, **changes: object) -> "CompileOptions":
         """A copy with some fields changed (validated again)."""

@@ -9,7 +9,7 @@ import numpy as np
 from .. import dtypes
 from ..framework import Tensor
 from ..passes import hlo
-from ..passes.mlir import ir
+from ..passes.mlir import elem, ir
 from ..passes.regions import STOP_GRADIENT
 from .core import (as_numpy, broadcast_shape, constant_tensor, convert_to_tensor, current_graph, emit,
                    normalize_axes, normalize_axis)
@@ -213,9 +213,11 @@ def getitem(x: Tensor, key) -> Tensor:
     """Python indexing with ints, slices (any step), ``None``/newaxis and ``Ellipsis``."""
     if not isinstance(key, tuple):
         key = (key,)
+    if len(key) == 1 and (isinstance(key[0], (Tensor, np.ndarray, list)) or hasattr(key[0], "_as_graph_tensor")):
+        return gather(x, key[0], axis=0)  # x[indices]: TensorFlow's gather along the first axis
     for k in key:
         if isinstance(k, (Tensor, np.ndarray, list)) or hasattr(k, "_as_graph_tensor"):
-            raise TypeError("indexing with tensors or arrays selects data-dependent elements: use ig.gather")
+            raise TypeError("indexing with tensors mixed with other indices is not supported: use ig.gather")
         if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, builtins.slice))):
             raise TypeError(f"unsupported index {k!r}: use ints, slices, None/newaxis or Ellipsis")
     n_ellipsis = sum(k is Ellipsis for k in key)
@@ -266,6 +268,54 @@ def getitem(x: Tensor, key) -> Tensor:
     return emit("strided_slice", build)
 
 
+# ----- gathers ------
+
+def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None) -> Tensor:
+    """``params`` slices at integer ``indices`` along ``axis``: shape
+    ``params.shape[:axis] + indices.shape + params.shape[axis + 1:]``.
+
+    Out-of-range indices are clamped (StableHLO's gather), not an error.
+    """
+    x = convert_to_tensor(params)
+    idx = convert_to_tensor(indices)
+    if not idx.dtype.is_integer:
+        raise TypeError(f"gather: indices must be integers, got {idx.dtype.name}")
+    if batch_dims:
+        raise ValueError("gather: batch_dims other than 0 is not supported")
+    axis = normalize_axis(0 if axis is None else axis, x.ndim, "gather")
+    r = idx.ndim
+    dims = {"offset_dims": list(range(axis)) + list(range(axis + r, x.ndim - 1 + r)),
+            "collapsed_slice_dims": [axis], "start_index_map": [axis], "index_vector_dim": r}
+    sizes = [1 if i == axis else d for i, d in enumerate(x.shape)]
+    return emit(name or "GatherV2", lambda: hlo.gather(x.value, idx.value, dims, sizes))
+
+
+def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None) -> Tensor:
+    """A one-hot encoding of integer ``indices`` with a new dimension of size ``depth`` at ``axis``."""
+    idx = convert_to_tensor(indices)
+    if not idx.dtype.is_integer:
+        raise TypeError(f"one_hot: indices must be integers, got {idx.dtype.name}")
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else (
+        convert_to_tensor(on_value).dtype if on_value is not None else dtypes.float32)
+    on = convert_to_tensor(1 if on_value is None else on_value, dtype)
+    off = convert_to_tensor(0 if off_value is None else off_value, dtype)
+    rank = idx.ndim + 1
+    axis = -1 if axis is None else axis
+    if not -rank <= axis < rank:
+        raise ValueError(f"one_hot: axis {axis} out of range for output rank {rank}")
+    axis %= rank
+    out = list(idx.shape)
+    out.insert(axis, int(depth))
+    kept = [d for d in range(rank) if d != axis]
+
+    def build():
+        hot = hlo.compare(hlo.iota(out, elem(idx.value), axis),
+                          hlo.broadcast_in_dim(idx.value, out, kept), "EQ")
+        return hlo.select(hot, hlo.broadcast_in_dim(on.value, out, []), hlo.broadcast_in_dim(off.value, out, []))
+
+    return emit(name or "one_hot", build)
+
+
 # ----- gradient markers -----
 
 def stop_gradient(input, name=None) -> Tensor:  # noqa: A002
@@ -310,5 +360,5 @@ def size(input, out_type=dtypes.int32, name=None) -> Tensor:  # noqa: A002
 __all__ = [
     "constant", "fill", "zeros", "ones", "zeros_like", "ones_like", "reshape", "transpose",
     "broadcast_to", "expand_dims", "squeeze", "concat", "stack", "unstack", "slice", "getitem",
-    "stop_gradient", "shape", "rank", "size",
+    "stop_gradient", "shape", "rank", "size", "gather", "one_hot",
 ]

@@ -97,3 +97,75 @@ def _to_batch(t: Tensor, batch) -> "hlo.Value":
         return t.value
     offset = len(shape) - t.ndim
     return hlo.broadcast_in_dim(t.value, shape, range(offset, len(shape)))
+
+
+def einsum(equation: str, *inputs, name=None) -> Tensor:
+    """Einstein summation over one or two operands (more are contracted left to right).
+
+    Each label is a batch, contracted, free or summed dimension; two operands
+    become one ``dot_general`` plus transposes and reductions. Repeated labels
+    within one operand (diagonals) are not supported.
+    """
+    name = name or "einsum"
+    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        inputs = tuple(inputs[0])
+    tensors = [convert_to_tensor(t) for t in inputs]
+    for t in tensors[1:]:
+        if t.dtype != tensors[0].dtype:
+            raise TypeError(f"einsum: mixed dtypes {tensors[0].dtype.name} and {t.dtype.name}")
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, out = eq.split("->")
+    else:
+        lhs = eq
+        counts = {c: lhs.count(c) for c in lhs if c.isalpha()}
+        out = "".join(sorted(c for c, n in counts.items() if n == 1))
+    specs = lhs.split(",")
+    if len(specs) != len(tensors):
+        raise ValueError(f"einsum: {equation!r} names {len(specs)} operands, got {len(tensors)}")
+    if "." in eq:
+        raise ValueError("einsum: ellipsis ('...') is not supported")
+    for spec, t in zip(specs, tensors):
+        if len(spec) != t.ndim:
+            raise ValueError(f"einsum: {spec!r} has {len(spec)} labels for an operand of shape {tuple(t.shape)}")
+        if len(set(spec)) != len(spec):
+            raise ValueError(f"einsum: repeated label in {spec!r} (diagonals) is not supported")
+    if len(set(out)) != len(out) or any(c not in lhs for c in out):
+        raise ValueError(f"einsum: bad output labels {out!r} in {equation!r}")
+    size = {}
+    for spec, t in zip(specs, tensors):
+        for c, d in zip(spec, t.shape):
+            if size.setdefault(c, d) != d:
+                raise ValueError(f"einsum: label {c!r} has sizes {size[c]} and {d}")
+    while len(tensors) > 1:
+        rest = "".join(specs[2:]) + out
+        (a, b), (sa, sb) = tensors[:2], specs[:2]
+        keep = "".join(c for c in dict.fromkeys(sa + sb) if c in rest)
+        t, s = _einsum_pair(a, sa, b, sb, keep, name)
+        tensors, specs = [t] + tensors[2:], [s] + specs[2:]
+    t, s = _einsum_sum(tensors[0], specs[0], out, name)
+    from .array_ops import transpose
+    return transpose(t, [s.index(c) for c in out]) if s != out else t
+
+
+def _einsum_sum(t: Tensor, spec: str, keep: str, name: str) -> tuple[Tensor, str]:
+    """Sum away the labels of ``spec`` not in ``keep``."""
+    gone = [i for i, c in enumerate(spec) if c not in keep]
+    if not gone:
+        return t, spec
+    return reduce_sum(t, gone, name=name), "".join(c for c in spec if c in keep)
+
+
+def _einsum_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: str, name: str) -> tuple[Tensor, str]:
+    a, sa = _einsum_sum(a, sa, keep + sb, name)
+    b, sb = _einsum_sum(b, sb, keep + sa, name)
+    batch = [c for c in sa if c in sb and c in keep]
+    contract = [c for c in sa if c in sb and c not in keep]
+    afree = [c for c in sa if c not in sb]
+    bfree = [c for c in sb if c not in sa]
+
+    def build():
+        return hlo.dot_general(a.value, b.value, [sa.index(c) for c in batch], [sb.index(c) for c in batch],
+                               [sa.index(c) for c in contract], [sb.index(c) for c in contract])
+
+    return emit(name, build), "".join(batch + afree + bfree)
