@@ -187,7 +187,8 @@ class Function:
         arrays: list[np.ndarray] = []
         key_parts: list[Any] = []
         if self.input_signature is not None:
-            flat = nest.flatten((args, kwargs))
+            # One TensorSpec per positional argument: a list argument is one tensor.
+            flat = list(args) + [kwargs[k] for k in kwargs]
             if len(flat) != len(self.input_signature):
                 raise TypeError(f"{self.name}() takes {len(self.input_signature)} tensor arguments per its "
                                 f"input_signature, got {len(flat)}")
@@ -197,7 +198,8 @@ class Function:
                         raise TypeError(f"argument {i}: {leaf!r} does not match the input_signature's {spec!r}")
                     continue
                 arrays.append(_conform(leaf, spec, i, self.name))
-            return ("signature",), nest.pack_sequence_as((args, kwargs), list(self.input_signature)), arrays
+            specs = list(self.input_signature)
+            return ("signature",), (tuple(specs[:len(args)]), dict(zip(kwargs, specs[len(args):]))), arrays
 
         def leaf_spec(leaf):
             if isinstance(leaf, TensorSpec):
