@@ -3,7 +3,8 @@
 Works on MLIR alone (it never imports the irgrad frontend), so it serves
 modules from any producer. Importing this package registers every adjoint rule.
 """
-from . import contractions, elementwise, reductions, regions, shapes  # noqa: F401  (register rules)
+from . import (chlo, contractions, control_flow, convolution, elementwise, indexing,  # noqa: F401
+               reductions, regions, shapes, windows)  # (register rules)
 from .backprop import AGGREGATIONS, backprop
 from .grad import add_adjoints, differentiate, find_function, function_name, public_functions
 from .mlir import IRError, context, parse_module, verify

@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import hlo
 from .hlo import broadcast_in_dim, compare, divide, multiply, select, splat
 from .mlir import ir, shape
+from .indexing import selection_reduce
 from .registry import adjoint, missing
 
 _BODY_KINDS = {"stablehlo.add": "add", "stablehlo.multiply": "mul",
@@ -45,6 +46,8 @@ def _kept(op: ir.Operation, rank: int) -> tuple[list[int], list[int]]:
 @adjoint("stablehlo.reduce")
 def _reduce(op, cts):
     """add: dx = broadcast(ct); max/min: ct split among ties; mul: product of the others"""
+    if len(op.operands) > 2:  # several operands: an argmax-style selection (indexing.py)
+        return selection_reduce(op, cts)
     kind = reduce_kind(op)
     if kind is None:
         raise missing(op, " with this reduction body")

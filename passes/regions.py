@@ -56,22 +56,27 @@ def lookup_function(anchor: ir.Operation, name: str) -> ir.Operation:
         raise LookupError(f"function @{name} referenced at {anchor.location} is not in the module") from None
 
 
-def inline_function(func_op: ir.Operation, args: Sequence[ir.Value]) -> list[ir.Value]:
-    """Insert a copy of ``func_op``'s body at the ambient insertion point; return its results."""
-    clone = func_op.clone()
-    try:
-        block = clone.regions[0].blocks[0]
-        for formal, actual in zip(block.arguments, args):
-            formal.replace_all_uses_with(actual)
-        ops = [o.operation for o in block.operations]
-        results = list(ops[-1].operands)
-        ip = ir.InsertionPoint.current
-        for o in ops[:-1]:
-            o.detach_from_parent()
-            ip.insert(o)
-        return results
-    finally:
-        clone.erase()
+def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value],
+                  moved: list[ir.Operation] | None = None) -> list[ir.Value]:
+    """Copy region ``index`` of ``op`` (one block) to the insertion point with its block
+    arguments bound to ``args``; return the values its terminator returns (and append the
+    copied ops to ``moved``)."""
+    clone = op.clone()  # inserted at the insertion point; only its region survives
+    block = clone.regions[index].blocks[0]
+    for formal, actual in zip(block.arguments, args):
+        formal.replace_all_uses_with(actual)
+    body = [o.operation for o in block.operations]
+    results = list(body[-1].operands)
+    for o in body[:-1]:
+        o.move_before(clone)
+    if moved is not None:
+        moved.extend(body[:-1])
+    # Erase through its Python object first: the bindings would otherwise keep a stale
+    # handle to it (erasing the clone does not invalidate handles to nested ops), which a
+    # later op allocated at the same address would inherit.
+    body[-1].erase()
+    clone.erase()
+    return results
 
 
 def is_zero_constant(v: ir.Value) -> bool:
@@ -104,7 +109,7 @@ def _custom_gradient(op, cts):
     if grad is None:
         raise LookupError(f"composite {CUSTOM_GRADIENT!r} at {op.location} has no 'grad' attribute")
     cts = [ct if ct is not None else hlo.zeros(r.type) for ct, r in zip(cts, op.results)]
-    outs = inline_function(lookup_function(op, symbol(grad)), [*cts, *op.operands])
+    outs = inline_region(lookup_function(op, symbol(grad)), 0, [*cts, *op.operands])
     return [None if is_zero_constant(v) else v for v in outs]
 
 
@@ -112,5 +117,7 @@ def _through_decomposition(op, cts):
     """recompute the decomposition here and differentiate it"""
     decomposition = lookup_function(op, symbol(op.attributes["decomposition"]))
     operands = list(op.operands)
-    outs = inline_function(decomposition, operands)
-    return backprop(outs, list(cts), operands, name=f"{composite_name(op)}")
+    copied: list[ir.Operation] = []
+    outs = inline_region(decomposition, 0, operands, copied)
+    inside = set(copied)  # stop at the operands: the outer driver carries on from there
+    return backprop(outs, list(cts), operands, name=f"{composite_name(op)}", allow=inside.__contains__)

@@ -1,0 +1,110 @@
+"""Adjoint rules of CHLO ops that JAX emits (``chlo.erf`` is with the elementwise
+rules; ``chlo.top_k`` with the indexing rules), and the remaining JAX ops
+without a gradient.
+
+Conventions: ``asin``/``acos``/``atanh`` outside (-1, 1) and ``acosh`` below 1
+give the formula's NaN or inf, as JAX does.
+"""
+from __future__ import annotations
+
+import math
+
+from .hlo import add, divide, multiply, negate, splat, subtract, unary
+from .registry import adjoint, nondifferentiable
+
+
+def _const(value: float, like):
+    return splat(value, like.type)
+
+
+def _sqrt(x):
+    return unary("stablehlo.sqrt", x)
+
+
+@adjoint("chlo.square")
+def _square(op, cts):
+    """dx = ct * 2x"""
+    x = op.operands[0]
+    return (multiply(cts[0], multiply(_const(2, x), x)),)
+
+
+@adjoint("chlo.erfc")
+def _erfc(op, cts):
+    """dx = -ct * 2/sqrt(pi) * exp(-x^2)"""
+    x = op.operands[0]
+    bump = unary("stablehlo.exponential", negate(multiply(x, x)))
+    return (multiply(cts[0], multiply(_const(-2 / math.sqrt(math.pi), x), bump)),)
+
+
+@adjoint("chlo.sinh")
+def _sinh(op, cts):
+    """dx = ct * cosh(x)"""
+    return (multiply(cts[0], unary("chlo.cosh", op.operands[0])),)
+
+
+@adjoint("chlo.cosh")
+def _cosh(op, cts):
+    """dx = ct * sinh(x)"""
+    return (multiply(cts[0], unary("chlo.sinh", op.operands[0])),)
+
+
+@adjoint("chlo.asin")
+def _asin(op, cts):
+    """dx = ct / sqrt(1 - x^2)"""
+    x = op.operands[0]
+    return (divide(cts[0], _sqrt(subtract(_const(1, x), multiply(x, x)))),)
+
+
+@adjoint("chlo.acos")
+def _acos(op, cts):
+    """dx = -ct / sqrt(1 - x^2)"""
+    x = op.operands[0]
+    return (negate(divide(cts[0], _sqrt(subtract(_const(1, x), multiply(x, x))))),)
+
+
+@adjoint("chlo.atan")
+def _atan(op, cts):
+    """dx = ct / (1 + x^2)"""
+    x = op.operands[0]
+    return (divide(cts[0], add(_const(1, x), multiply(x, x))),)
+
+
+@adjoint("chlo.asinh")
+def _asinh(op, cts):
+    """dx = ct / sqrt(x^2 + 1)"""
+    x = op.operands[0]
+    return (divide(cts[0], _sqrt(add(multiply(x, x), _const(1, x)))),)
+
+
+@adjoint("chlo.acosh")
+def _acosh(op, cts):
+    """dx = ct / sqrt(x^2 - 1)"""
+    x = op.operands[0]
+    return (divide(cts[0], _sqrt(subtract(multiply(x, x), _const(1, x)))),)
+
+
+@adjoint("chlo.atanh")
+def _atanh(op, cts):
+    """dx = ct / (1 - x^2)"""
+    x = op.operands[0]
+    return (divide(cts[0], subtract(_const(1, x), multiply(x, x))),)
+
+
+@adjoint("chlo.lgamma")
+def _lgamma(op, cts):
+    """dx = ct * digamma(x)"""
+    return (multiply(cts[0], unary("chlo.digamma", op.operands[0])),)
+
+
+@adjoint("chlo.erf_inv")
+def _erf_inv(op, cts):
+    """dx = ct * sqrt(pi)/2 * exp(y^2)"""
+    y = op.results[0]
+    return (multiply(cts[0], multiply(_const(math.sqrt(math.pi) / 2, y),
+                                      unary("stablehlo.exponential", multiply(y, y)))),)
+
+
+nondifferentiable("chlo.is_inf", "chlo.is_neg_inf", "chlo.is_pos_inf", "chlo.next_after")
+
+# Bit-level reinterpretation (JAX's random bits -> floats); see elementwise.py for the others.
+nondifferentiable("stablehlo.bitcast_convert")

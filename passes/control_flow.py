@@ -1,0 +1,259 @@
+"""Adjoint rules of control flow and calls: ``stablehlo.case`` / ``if`` / ``while``
+and the opaque ``stablehlo.custom_call``.
+
+``func.call`` has no rule: the module-level pass inlines every callee, also
+calls nested in while/case regions, before differentiating.
+
+Region bodies are differentiated by the same driver (:func:`.backprop.backprop`),
+run on a copy of the region placed inside the adjoint op and restricted to
+that copy's block. A region reads values defined above it (StableHLO allows
+implicit capture); those *captured* values get cotangents too: the driver
+passes them to these rules after the op's operands (see ``op_inputs``).
+
+* ``case`` / ``if``: an op of the same kind on the same (saved) index whose
+  branch k recomputes branch k and returns its adjoint for every float
+  captured value, zeros for the values branch k does not use.
+* ``while`` with a trip count ``n`` known at compile time (JAX's ``fori_loop``
+  and ``scan``): a copy of the loop records the carried values at the start
+  of every iteration (``tape[t] = carry(t)``, loop-invariant carries are not
+  recorded); a reverse loop over ``t = n-1 .. 0`` recomputes the body from
+  ``tape[t]`` and applies its adjoint, carrying the carries' cotangents and
+  accumulating the captured values'. A loop whose trip count cannot be proven
+  static raises :class:`DynamicTripCountError` (a ValueError) naming its location.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from . import hlo
+from .regions import inline_region
+from .backprop import backprop, captured_values, op_inputs
+from .mlir import elem, ir, is_float, shape, tensor_type
+from .registry import adjoint, missing
+
+
+class DynamicTripCountError(ValueError):
+    """A ``stablehlo.while`` on the gradient path whose trip count is not static."""
+
+
+def _in_block(block: ir.Block) -> Callable[[ir.Operation], bool]:
+    return lambda o: o.block == block
+
+
+def _scalar(value: int, element: str = "int32") -> ir.Value:
+    return hlo.splat(value, tensor_type([], element))
+
+
+def _inside(o: ir.Operation, op: ir.Operation) -> bool:
+    while o is not None:
+        if o == op:
+            return True
+        o = o.parent
+    return False
+
+
+def isolate(op: ir.Operation) -> None:
+    """Pass the values ``op``'s regions capture through one optimization_barrier placed
+    before ``op``. IREE 3.13 otherwise fails at run time on some adjoint ``case`` ops
+    fed by a forward ``case`` ("OUT_OF_RANGE ... hal.command_buffer", see
+    tests/fixtures/iree313_copy_buffer_bug.mlir); the barrier only fixes an evaluation order."""
+    captured = captured_values(op)
+    if not captured:
+        return
+    with ir.InsertionPoint(op), op.location:
+        fenced = hlo.optimization_barrier(captured)
+    for old, new in zip(captured, fenced):
+        for use in list(old.uses):
+            if _inside(use.owner, op):
+                use.owner.operands[use.operand_number] = new
+
+
+# ----- branches --------------------------------------------------------------------
+
+def _branch_adjoints(op: ir.Operation, cts, make) -> list[ir.Value | None]:
+    """One cotangent per captured value from an op ``make(types, n)`` that dispatches like ``op``."""
+    captured = captured_values(op)
+    wrt = [v for v in captured if is_float(v)]
+    if not wrt:
+        return [None] * len(captured)
+    new, blocks = make([v.type for v in wrt], len(op.regions))
+    for k, block in enumerate(blocks):
+        with ir.InsertionPoint(block):
+            outs = inline_region(op, k, [])
+            grads = backprop(outs, list(cts), wrt, allow=_in_block(block))
+            hlo.return_([g if g is not None else hlo.zeros(v.type) for g, v in zip(grads, wrt)], "stablehlo.return")
+    isolate(new)
+    results = iter(new.results)
+    return [next(results) if is_float(v) else None for v in captured]
+
+
+@adjoint("stablehlo.case")
+def _case(op, cts):
+    """d captured = case(index){branch k: adjoint of branch k, 0 for values it does not use}"""
+    index = op.operands[0]
+    return (None, *_branch_adjoints(op, cts, lambda types, n: hlo.case(index, types, n)))
+
+
+@adjoint("stablehlo.if")
+def _if(op, cts):
+    """d captured = if(pred){adjoint of the true branch} else {adjoint of the false branch}"""
+    pred = op.operands[0]
+    return (None, *_branch_adjoints(op, cts, lambda types, n: hlo.if_(pred, types)))
+
+
+# ----- loops -------------------------------------------------------------------------
+
+def _constant_int(v: ir.Value) -> int | None:
+    if not isinstance(v, ir.OpResult) or v.owner.name != "stablehlo.constant" or shape(v) != ():
+        return None
+    dense = ir.DenseIntElementsAttr(v.owner.attributes["value"])
+    return int(list(dense)[0])
+
+
+def _direction(cmp: ir.Operation) -> str:
+    return str(cmp.attributes["comparison_direction"]).split()[-1].rstrip(">")
+
+
+_SWAPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "NE": "NE", "EQ": "EQ"}
+
+
+def trip_count(op: ir.Operation) -> int:
+    """n for a counted loop: carry i starts at a constant, the condition compares i with a
+    constant (LT, LE, GT, GE or NE), and the body returns i + constant step."""
+    cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    pred = list(cond.operations)[-1].operation.operands[0]
+    cmp = pred.owner if isinstance(pred, ir.OpResult) else None
+    if cmp is not None and cmp.name == "stablehlo.compare":
+        lhs, rhs = cmp.operands
+        direction = _direction(cmp)
+        if isinstance(rhs, ir.BlockArgument) and rhs.owner == cond:
+            lhs, rhs, direction = rhs, lhs, _SWAPPED[direction]
+        if isinstance(lhs, ir.BlockArgument) and lhs.owner == cond:
+            k = lhs.arg_number
+            start, bound = _constant_int(op.operands[k]), _constant_int(rhs)
+            step = _step(body, k)
+            if None not in (start, bound, step) and step != 0:
+                n = _count(start, bound, step, direction)
+                if n is not None:
+                    return n
+    raise DynamicTripCountError(
+        f"stablehlo.while at {op.location} has a data-dependent trip count: reverse mode needs a "
+        "loop counted from a constant, compared with a constant bound and stepped by a constant "
+        "(lax.fori_loop / lax.scan); rewrite it with a static trip count")
+
+
+def _step(body: ir.Block, k: int) -> int | None:
+    nxt = list(body.operations)[-1].operation.operands[k]
+    if not isinstance(nxt, ir.OpResult) or nxt.owner.name != "stablehlo.add":
+        return None
+    a, b = nxt.owner.operands
+    counter = body.arguments[k]
+    return _constant_int(b) if a == counter else _constant_int(a) if b == counter else None
+
+
+def _count(start: int, bound: int, step: int, direction: str) -> int | None:
+    if direction == "NE":
+        q, r = divmod(bound - start, step)
+        return q if r == 0 and q >= 0 else None
+    if direction in ("LT", "LE") and step > 0:  # ceil((end - start) / step)
+        return max(0, -((start - bound - (direction == "LE")) // step))
+    if direction in ("GT", "GE") and step < 0:  # ceil((start - end) / -step)
+        return max(0, -((bound - (direction == "GE") - start) // -step))
+    return None
+
+
+def _varying(op: ir.Operation) -> list[int]:
+    """Carries the body changes (the others keep their initial value in every iteration)."""
+    body = op.regions[1].blocks[0]
+    returned = list(body.operations)[-1].operation.operands
+    return [k for k, v in enumerate(returned) if v != body.arguments[k]]
+
+
+def _tape_type(v: ir.Value, n: int) -> ir.Type:
+    return tensor_type([n, *shape(v)], elem(v))
+
+
+def _record(op: ir.Operation, keep: list[int], n: int) -> list[ir.Value]:
+    """Run ``op`` again, stacking carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``."""
+    m = len(op.operands)
+    tapes = [hlo.zeros(_tape_type(op.operands[k], n)) for k in keep]
+    loop, cond, body = hlo.while_([*op.operands, *tapes, _scalar(0)])
+    with ir.InsertionPoint(cond):
+        hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
+    with ir.InsertionPoint(body):
+        args = list(body.arguments)
+        t, zero = args[-1], _scalar(0)
+        recorded = [hlo.dynamic_update_slice(tape, hlo.reshape(args[k], [1, *shape(args[k])]),
+                                             [t] + [zero] * len(shape(args[k])))
+                    for tape, k in zip(args[m:-1], keep)]
+        outs = inline_region(op, 1, args[:m])
+        hlo.return_([*outs, *recorded, hlo.add(t, _scalar(1))], "stablehlo.return")
+    return list(loop.results)[m:-1]
+
+
+def _read(block: ir.Block, values: Sequence[ir.Value]) -> list[bool]:
+    """Whether each of ``values`` feeds ``block``'s terminator through ops of the block."""
+    seen: set[ir.Value] = set()
+    stack = list(list(block.operations)[-1].operation.operands)
+    while stack:
+        v = stack.pop()
+        if v not in seen:
+            seen.add(v)
+            if isinstance(v, ir.OpResult) and v.owner.operation.block == block:
+                stack.extend(op_inputs(v.owner.operation))
+    return [v in seen for v in values]
+
+
+def _reverse_loop(op, cts, n, tapes, floats, wrt):
+    """The reverse loop over t = n-1 .. 0; returns (loop, its body, the carries it recomputes from)."""
+    m = len(op.operands)
+    seeds = [cts[k] if cts[k] is not None else hlo.zeros(op.operands[k].type) for k in floats]
+    loop, cond, body = hlo.while_([_scalar(0), *seeds, *[hlo.zeros(v.type) for v in wrt]])
+    with ir.InsertionPoint(cond):
+        hlo.return_([hlo.compare(cond.arguments[0], _scalar(n), "LT")], "stablehlo.return")
+    with ir.InsertionPoint(body):
+        j, *state = body.arguments
+        ct, acc = state[:len(floats)], state[len(floats):]
+        t, zero = hlo.subtract(_scalar(n - 1), j), _scalar(0)
+        carries = [hlo.reshape(hlo.dynamic_slice(tapes[k], [t] + [zero] * len(shape(v)), [1, *shape(v)]), shape(v))
+                   if k in tapes else hlo.identity(v) for k, v in enumerate(op.operands)]
+        outs = inline_region(op, 1, carries)
+        seed_of = dict(zip(floats, ct))
+        grads = backprop(outs, [seed_of.get(k) for k in range(m)], [carries[k] for k in floats] + wrt,
+                         allow=_in_block(body))
+        grads = [g if g is not None else hlo.zeros(v.type) for g, v in zip(grads, ct + acc)]
+        new_acc = [hlo.add(a, g) for a, g in zip(acc, grads[len(floats):])]
+        hlo.return_([hlo.add(j, _scalar(1)), *grads[:len(floats)], *new_acc], "stablehlo.return")
+    return loop, body, carries
+
+
+@adjoint("stablehlo.while")
+def _while(op, cts):
+    """for t = n-1 .. 0: (d carry, d captured += ...) = body adjoint at the carries of iteration t"""
+    n = trip_count(op)
+    m = len(op.operands)
+    captured = captured_values(op)
+    floats = [k for k in range(m) if is_float(op.operands[k])]
+    wrt = [v for v in captured if is_float(v)]
+    if n == 0:
+        return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
+    # Build the reverse loop on placeholder tapes, then record only the carries it reads.
+    tapes = {k: hlo.zeros(_tape_type(op.operands[k], n)) for k in _varying(op)}
+    loop, body, carries = _reverse_loop(op, cts, n, tapes, floats, wrt)
+    keep = [k for k, read in zip(tapes, _read(body, [carries[k] for k in tapes])) if read]
+    with ir.InsertionPoint(loop):
+        for k, tape in zip(keep, _record(op, keep, n)):
+            tapes[k].replace_all_uses_with(tape)
+    results = list(loop.results)[1:]
+    d_carry = dict(zip(floats, results[:len(floats)]))
+    d_captured = dict(zip(wrt, results[len(floats):]))
+    return (*[d_carry.get(k) for k in range(m)], *[d_captured.get(v) for v in captured])
+
+
+# ----- opaque calls --------------------------------------------------------------------
+
+@adjoint("stablehlo.custom_call")
+def _custom_call(op, cts):
+    """opaque to irgrad: no adjoint (LookupError naming the call target)"""
+    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    raise missing(op, f" (call target @{target})")

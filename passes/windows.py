@@ -1,0 +1,122 @@
+"""Adjoint rules of ``stablehlo.reduce_window`` (pooling, cumulative sums/products/maxima).
+
+Notation: the operand padded and dilated as the op does it is ``xp``; window
+``w`` reads ``xp[w * stride + k * window_dilation]`` for window offsets ``k``.
+
+* add: ``d xp = T(ct)``, the transposed window sum: a reduce_window add of
+  ``ct`` dilated by the strides and padded by the window span; then the
+  padding is cut off and the base dilation undone (a strided slice).
+* max / min: one winner per window, the first in row-major order among ties
+  (TensorFlow's and XLA's select_and_scatter convention). A variadic
+  reduce_window carries the flat index of the winner next to the value;
+  ``ct`` is scatter-added at those indices. This works for overlapping
+  windows, where IREE 3.13 cannot compile ``select_and_scatter``.
+* mul: ``d x_i = sum over windows w containing i of ct_w * prod_{j in w, j != i} x_j``,
+  exact with zeros: with ``P_w`` the product of the window's non-zero elements
+  and ``z_w`` its number of zeros, ``d x = T(ct * P * [z == 0]) / x`` where
+  ``x != 0`` and ``T(ct * P * [z == 1])`` where ``x == 0``.
+
+The init value must be a constant (it is the identity in JAX's modules).
+"""
+from __future__ import annotations
+
+from . import hlo
+from .mlir import elem, ir, shape, tensor_type
+from .reductions import reduce_kind
+from .registry import adjoint, missing
+
+
+class Window:
+    """The window attributes of a reduce_window op."""
+
+    def __init__(self, op: ir.Operation) -> None:
+        self.dims = hlo.read_i64_array(op, "window_dimensions")
+        rank = len(self.dims)
+        self.strides = hlo.read_i64s(op, "window_strides", [1] * rank)
+        self.base = hlo.read_i64s(op, "base_dilations", [1] * rank)
+        self.dilation = hlo.read_i64s(op, "window_dilations", [1] * rank)
+        self.padding = hlo.read_padding(op, "padding", rank)
+
+    def args(self) -> tuple:
+        return self.dims, self.strides, self.padding, self.base, self.dilation
+
+    def padded(self, x_shape) -> list[int]:
+        return [(d - 1) * b + 1 + lo + hi for d, b, (lo, hi) in zip(x_shape, self.base, self.padding)]
+
+
+def _scalar_zero(v: ir.Value) -> ir.Value:
+    return hlo.zeros(tensor_type([], elem(v)))
+
+
+def transposed_window_sum(ct: ir.Value, x_shape, w: Window) -> ir.Value:
+    """The adjoint of reduce_window add: x-shaped sum of ``ct`` over the windows covering each element."""
+    zero, rank = _scalar_zero(ct), len(x_shape)
+    xp = w.padded(x_shape)
+    span = [(k - 1) * d + 1 for k, d in zip(w.dims, w.dilation)]
+    high = [p - (o - 1) * s - 1 for p, o, s in zip(xp, shape(ct), w.strides)]
+    spread = hlo.pad(ct, zero, [s - 1 for s in span], high, [s - 1 for s in w.strides])
+    dxp = hlo.reduce_window(spread, zero, "add", w.dims, [1] * rank, [(0, 0)] * rank, [1] * rank, w.dilation)
+    # Undo the forward pad(x, lo, hi, interior = base - 1): grow where it cropped, then slice.
+    if any(lo < 0 or hi < 0 for lo, hi in w.padding):
+        dxp = hlo.pad(dxp, zero, [max(0, -lo) for lo, _ in w.padding], [max(0, -hi) for _, hi in w.padding],
+                      [0] * rank)
+    lo = [max(0, p[0]) for p in w.padding]
+    limit = [d - max(0, p[1]) for d, p in zip(shape(dxp), w.padding)]
+    return hlo.slice(dxp, lo, limit, w.base)
+
+
+def _size(v: ir.Value) -> int:
+    n = 1
+    for d in shape(v):
+        n *= d
+    return n
+
+
+def _argwindow(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Window) -> ir.Value:
+    """ct scatter-added at each window's first max (min); index n means the padding won."""
+    n, i32 = _size(x), ir.IntegerType.get_signless(32)
+    index = hlo.reshape(hlo.iota([n], i32, 0), shape(x))
+    _, winner = hlo.reduce_window_arg(x, index, init, hlo.splat(n, tensor_type([], i32)), kind, *w.args())
+    # A spare slot at index n takes the windows won by padding; it is cut off below.
+    flat = hlo.scatter(hlo.zeros(tensor_type([n + 1], elem(ct))), hlo.reshape(winner, [_size(ct), 1]),
+                       hlo.reshape(ct, [_size(ct)]),
+                       {"inserted_window_dims": [0], "scatter_dims_to_operand_dims": [0], "index_vector_dim": 1})
+    return hlo.reshape(hlo.slice(flat, [0], [n], [1]), shape(x))
+
+
+def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
+    """d x of a product window (exact where x has zeros)"""
+    zero, one = hlo.zeros(x.type), hlo.ones(x.type)
+    is_zero = hlo.compare(x, zero, "EQ")
+    zeros = hlo.reduce_window(hlo.select(is_zero, one, zero), _scalar_zero(x), "add", *w.args())
+    nonzero = hlo.reduce_window(hlo.select(is_zero, one, x), hlo.ones(tensor_type([], elem(x))), "mul", *w.args())
+    weighted = hlo.multiply(ct, nonzero)
+    none_zero = hlo.select(hlo.compare(zeros, hlo.zeros(zeros.type), "EQ"), weighted, hlo.zeros(ct.type))
+    one_zero = hlo.select(hlo.compare(zeros, hlo.ones(zeros.type), "EQ"), weighted, hlo.zeros(ct.type))
+    xs = shape(x)
+    return hlo.select(is_zero, transposed_window_sum(one_zero, xs, w),
+                      hlo.divide(transposed_window_sum(none_zero, xs, w), hlo.select(is_zero, one, x)))
+
+
+def is_constant(v: ir.Value) -> bool:
+    """A constant, possibly broadcast, reshaped or converted (JAX's init values)."""
+    while isinstance(v, ir.OpResult) and v.owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape",
+                                                          "stablehlo.convert"):
+        v = v.owner.operands[0]
+    return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant"
+
+
+@adjoint("stablehlo.reduce_window")
+def _reduce_window(op, cts):
+    """add: d x = T(ct); max/min: ct to each window's first winner; mul: see the module docstring"""
+    kind = reduce_kind(op)
+    x, init = op.operands
+    if kind is None or not is_constant(init):
+        raise missing(op, " with this body or a non-constant init value")
+    (ct,) = cts
+    w = Window(op)
+    if kind == "add":
+        return transposed_window_sum(ct, shape(x), w), None
+    if kind == "mul":
+        return _window_product(x, ct, w), None
+    return _argwindow(x, init, ct, kind, w), None

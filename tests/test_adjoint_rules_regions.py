@@ -1,0 +1,671 @@
+"""Adjoint rules of windows, convolutions, indexing, sorting, CHLO ops and control
+flow, through the numeric checker in float64 (StableHLO text tables, the
+module-level pass, a real IREE llvm-cpu compile).
+
+Known IREE 3.13 gaps: f64 ``cbrt`` does not compile on CPU backends, f64
+``sign`` not on vmvx; none of the ops below needs them.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import irgrad as ig
+from irgrad import passes
+from irgrad.passes.mlir import ir
+from irgrad.passes.control_flow import DynamicTripCountError, trip_count
+
+from gradcheck import check_module
+
+rng = np.random.default_rng(4321)
+
+
+def normal(*shape):
+    return rng.standard_normal(shape)
+
+
+def _f(sig: str, body: str, results: str) -> str:
+    return f"func.func @f({sig}) -> {results} {{\n{body}\n}}"
+
+
+def _t(shape, dtype="f64") -> str:
+    return f"tensor<{'x'.join(map(str, shape))}{'x' if shape else ''}{dtype}>"
+
+
+def _window(size, window, stride, lo, hi, base=1, dilation=1):
+    padded = (size - 1) * base + 1 + lo + hi
+    span = (window - 1) * dilation + 1
+    return 0 if padded < span else (padded - span) // stride + 1
+
+
+# ----- convolution -------------------------------------------------------------------
+
+def _layout(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",")]
+
+
+def conv_case(lhs, rhs, dn="[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", stride=None, pad=None,
+              lhs_dil=None, rhs_dil=None, groups=1, batch_groups=1, reverse=None):
+    """A conv module and random inputs; the output shape follows from the attributes."""
+    ll, rl, ol = (_layout(s) for s in re.findall(r"\[([^\]]*)\]", dn))
+    n = len(lhs) - 2
+    stride, pad = stride or [1] * n, pad or [[0, 0]] * n
+    lhs_dil, rhs_dil, reverse = lhs_dil or [1] * n, rhs_dil or [1] * n, reverse or [False] * n
+    out = [0] * len(lhs)
+    out[ol.index("b")] = lhs[ll.index("b")] // batch_groups
+    out[ol.index("f")] = rhs[rl.index("o")]
+    for i in range(n):
+        out[ol.index(str(i))] = _window(lhs[ll.index(str(i))], rhs[rl.index(str(i))], stride[i],
+                                        *pad[i], lhs_dil[i], rhs_dil[i])
+    fmt = lambda xs: "[" + ", ".join(str(x).lower() for x in xs) + "]"  # noqa: E731
+    window = (f"stride = {fmt(stride)}, pad = {fmt([fmt(p) for p in pad])}, lhs_dilate = {fmt(lhs_dil)}, "
+              f"rhs_dilate = {fmt(rhs_dil)}, reverse = {fmt(reverse)}")
+    body = (f"%0 = stablehlo.convolution(%a, %w) dim_numbers = {dn}, window = {{{window}}} "
+            f"{{batch_group_count = {batch_groups} : i64, feature_group_count = {groups} : i64}} "
+            f": ({_t(lhs)}, {_t(rhs)}) -> {_t(out)}\n"
+            f"%1 = stablehlo.tanh %0 : {_t(out)}\n return %1 : {_t(out)}")
+    return _f(f"%a: {_t(lhs)}, %w: {_t(rhs)}", body, _t(out)), [normal(*lhs), normal(*rhs) * 0.5]
+
+
+CONV_CASES = {
+    "valid": conv_case([2, 5, 5, 3], [3, 3, 3, 4]),
+    "stride2_same": conv_case([2, 7, 7, 3], [3, 3, 3, 4], stride=[2, 2], pad=[[1, 1], [1, 1]]),
+    "stride2_asymmetric_pad": conv_case([1, 6, 6, 2], [3, 3, 2, 3], stride=[2, 2], pad=[[0, 1], [0, 1]]),
+    "stride_not_dividing": conv_case([1, 8, 7, 2], [3, 2, 2, 2], stride=[3, 2]),
+    "lhs_dilation": conv_case([1, 4, 4, 2], [3, 3, 2, 3], pad=[[1, 1], [1, 1]], lhs_dil=[2, 2]),
+    "rhs_dilation": conv_case([1, 7, 7, 2], [3, 3, 2, 2], pad=[[2, 2], [2, 2]], rhs_dil=[2, 2]),
+    "all_dilations_strided": conv_case([1, 5, 6, 2], [2, 3, 2, 2], stride=[2, 1], pad=[[1, 0], [2, 1]],
+                                       lhs_dil=[2, 1], rhs_dil=[1, 2]),
+    "negative_padding": conv_case([1, 7, 7, 1], [3, 3, 1, 2], pad=[[-1, 0], [0, -2]]),
+    "feature_groups": conv_case([2, 6, 6, 4], [3, 3, 2, 6], groups=2),
+    "depthwise_stride2": conv_case([2, 6, 6, 4], [3, 3, 1, 4], stride=[2, 2], pad=[[0, 1], [0, 1]], groups=4),
+    "batch_groups": conv_case([4, 5, 5, 3], [3, 3, 3, 6], batch_groups=2),
+    "nchw_oihw": conv_case([2, 3, 6, 5], [4, 3, 3, 2], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+                           stride=[2, 1], pad=[[1, 1], [0, 1]]),
+    "permuted_layouts_reversed": conv_case([9, 2, 3], [2, 4, 2], dn="[0, f, b]x[o, 0, i]->[f, 0, b]",
+                                           stride=[2], pad=[[1, 2]], rhs_dil=[2], reverse=[True]),
+    "conv3d_grouped": conv_case([1, 4, 4, 4, 4], [2, 2, 2, 2, 4], dn="[b, 0, 1, 2, f]x[0, 1, 2, i, o]->[b, 0, 1, 2, f]",
+                                stride=[1, 2, 1], groups=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_convolution(name):
+    text, args = CONV_CASES[name]
+    check_module(text, args, what=f"conv {name}")
+
+
+# ----- reduce_window ---------------------------------------------------------------------
+
+_INIT = {"add": "0.0", "mul": "1.0", "max": "0xFFF0000000000000", "min": "0x7FF0000000000000"}
+_BODY = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def window_case(kind, x, window, stride=None, pad=None, base=None, dilation=None, args=None, dtype="f64"):
+    rank = len(x)
+    stride, pad = stride or [1] * rank, pad or [[0, 0]] * rank
+    base, dilation = base or [1] * rank, dilation or [1] * rank
+    out = [_window(*a) for a in zip(x, window, stride, [p[0] for p in pad], [p[1] for p in pad], base, dilation)]
+    arr = lambda xs: "array<i64: " + ", ".join(map(str, xs)) + ">"  # noqa: E731
+    body = (f"%i = stablehlo.constant dense<{_INIT[kind]}> : tensor<f64>\n"
+            f"%0 = \"stablehlo.reduce_window\"(%a, %i) <{{window_dimensions = {arr(window)}, "
+            f"window_strides = {arr(stride)}, base_dilations = {arr(base)}, window_dilations = {arr(dilation)}, "
+            f"padding = dense<{pad}> : tensor<{rank}x2xi64>}}> ({{\n"
+            f"^bb0(%p: tensor<f64>, %q: tensor<f64>):\n  %r = stablehlo.{_BODY[kind]} %p, %q : tensor<f64>\n"
+            f"  stablehlo.return %r : tensor<f64>\n}}) : ({_t(x)}, tensor<f64>) -> {_t(out)}\n"
+            f"return %0 : {_t(out)}")
+    if dtype != "f64":
+        body = (body.replace("f64", dtype).replace("0xFFF0000000000000", "0xFF800000")
+                .replace("0x7FF0000000000000", "0x7F800000"))
+    t = _t(x, dtype)
+    return _f(f"%a: {t}", body, _t(out, dtype)), args or [normal(*x)]
+
+
+WINDOW_CASES = {
+    "add_pool_2x2": window_case("add", [2, 4, 4, 3], [1, 2, 2, 1], [1, 2, 2, 1]),
+    "add_overlapping_same": window_case("add", [2, 6, 6, 3], [1, 3, 3, 1], [1, 2, 2, 1],
+                                        [[0, 0], [0, 1], [0, 1], [0, 0]]),
+    "add_cumsum": window_case("add", [3, 5], [1, 5], pad=[[0, 0], [4, 0]]),
+    "add_dilations": window_case("add", [7, 6], [2, 3], [2, 1], [[1, 2], [0, 1]], base=[1, 2], dilation=[2, 1]),
+    "add_negative_padding": window_case("add", [8, 5], [2, 2], [2, 1], [[-1, 0], [1, -1]]),
+    "max_pool_2x2": window_case("max", [2, 4, 4, 3], [1, 2, 2, 1], [1, 2, 2, 1]),
+    "max_overlapping_same": window_case("max", [2, 6, 6, 3], [1, 3, 3, 1], [1, 2, 2, 1],
+                                        [[0, 0], [0, 1], [0, 1], [0, 0]]),
+    "max_stride1_padded": window_case("max", [5, 6], [3, 3], pad=[[1, 1], [1, 1]]),
+    "max_cummax": window_case("max", [3, 5], [1, 5], pad=[[0, 0], [4, 0]]),
+    "max_dilations": window_case("max", [7, 6], [2, 3], [2, 1], [[1, 2], [0, 1]], base=[1, 2], dilation=[2, 1]),
+    "min_overlapping": window_case("min", [6, 6], [3, 2], [2, 1], [[1, 1], [0, 0]]),
+    "mul_cumprod": window_case("mul", [3, 5], [1, 5], pad=[[0, 0], [4, 0]]),
+    "mul_overlapping_with_zeros": window_case(
+        "mul", [6, 4], [3, 2], [1, 2], [[1, 1], [0, 0]],
+        args=[np.array([[1.5, 0.0, -0.7, 2.0], [0.9, 1.1, 0.0, 0.0], [-1.2, 0.8, 1.3, -0.6],
+                        [0.0, 1.7, 0.5, 1.4], [1.1, -0.9, 0.6, 0.0], [0.7, 1.2, -1.5, 0.8]], np.float32)],
+        # IREE 3.13 miscompiles two padded f64 product windows in one function ('stream.yield'
+        # op used resource not listed in explicit captures): this one is checked in float32.
+        dtype="f32") + (dict(eps=1e-2, rtol=1e-3, atol=1e-4),),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WINDOW_CASES))
+def test_reduce_window(name):
+    text, args, *options = WINDOW_CASES[name]
+    check_module(text, args, what=f"reduce_window {name}", **(options[0] if options else {}))
+
+
+def _vjp(text, args, cts):
+    m = ig.compile(passes.differentiate(text, vjp=True, grad=False)).load()
+    return m["f_vjp"].call_flat(*args, *cts)
+
+
+def test_max_window_has_one_winner_per_window():
+    """Ties: each window's cotangent goes to its first maximum only."""
+    text, _ = window_case("max", [4], [2])
+    (g,) = _vjp(text, [np.array([1.0, 3.0, 3.0, 2.0])], [np.ones(3)])
+    np.testing.assert_array_equal(g, [0.0, 2.0, 1.0, 0.0])
+
+
+def test_max_window_gradient_has_no_select_and_scatter():
+    text, _ = WINDOW_CASES["max_overlapping_same"]
+    assert "select_and_scatter" not in passes.differentiate(text)
+
+
+# ----- gather, scatter, dynamic slices -----------------------------------------------------
+
+def _gather(operand, indices, out, dims, sizes):
+    body = (f"%0 = \"stablehlo.gather\"(%a, %i) <{{dimension_numbers = #stablehlo.gather<{dims}>, "
+            f"slice_sizes = array<i64: {', '.join(map(str, sizes))}>}}> : ({_t(operand)}, {_t(indices.shape, 'i32')}) "
+            f"-> {_t(out)}\n%1 = stablehlo.multiply %0, %0 : {_t(out)}\n return %1 : {_t(out)}")
+    return (_f(f"%a: {_t(operand)}, %i: {_t(indices.shape, 'i32')}", body, _t(out)),
+            [normal(*operand), indices.astype(np.int32)])
+
+
+def _scatter(operand, indices, updates, dims, combiner="add"):
+    ret = ("%r = stablehlo.add %p, %q : tensor<f64>\n  stablehlo.return %r : tensor<f64>"
+           if combiner == "add" else "stablehlo.return %q : tensor<f64>")
+    body = (f"%0 = \"stablehlo.scatter\"(%a, %i, %u) <{{scatter_dimension_numbers = #stablehlo.scatter<{dims}>}}> ({{\n"
+            f"^bb0(%p: tensor<f64>, %q: tensor<f64>):\n  {ret}\n}}) : ({_t(operand)}, {_t(indices.shape, 'i32')}, "
+            f"{_t(updates)}) -> {_t(operand)}\n%1 = stablehlo.multiply %0, %0 : {_t(operand)}\n"
+            f" return %1 : {_t(operand)}")
+    return (_f(f"%a: {_t(operand)}, %i: {_t(indices.shape, 'i32')}, %u: {_t(updates)}", body, _t(operand)),
+            [normal(*operand), indices.astype(np.int32), normal(*updates)])
+
+
+_DS = ("%0 = stablehlo.dynamic_slice %a, %i, %j, sizes = [3, 2] : (tensor<6x5xf64>, tensor<i32>, tensor<i32>) "
+       "-> tensor<3x2xf64>\n%1 = stablehlo.multiply %0, %0 : tensor<3x2xf64>\n return %1 : tensor<3x2xf64>")
+_DUS = ("%0 = stablehlo.dynamic_update_slice %a, %u, %i, %j : (tensor<6x5xf64>, tensor<3x2xf64>, tensor<i32>, "
+        "tensor<i32>) -> tensor<6x5xf64>\n%1 = stablehlo.multiply %0, %a : tensor<6x5xf64>\n"
+        " return %1 : tensor<6x5xf64>")
+
+
+def _ds(i, j):
+    return (_f("%a: tensor<6x5xf64>, %i: tensor<i32>, %j: tensor<i32>", _DS, "tensor<3x2xf64>"),
+            [normal(6, 5), np.int32(i), np.int32(j)])
+
+
+def _dus(i, j):
+    return (_f("%a: tensor<6x5xf64>, %u: tensor<3x2xf64>, %i: tensor<i32>, %j: tensor<i32>", _DUS, "tensor<6x5xf64>"),
+            [normal(6, 5), normal(3, 2), np.int32(i), np.int32(j)])
+
+
+INDEXING_CASES = {
+    "gather_rows_duplicates": _gather([5, 3], np.array([[1], [4], [1], [0]]), [4, 3],
+                                      "offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], "
+                                      "index_vector_dim = 1", [1, 3]),
+    "gather_take_along_batching": _gather([3, 4], np.array([[[2], [0]], [[3], [3]], [[1], [2]]]), [3, 2],
+                                          "collapsed_slice_dims = [1], operand_batching_dims = [0], "
+                                          "start_indices_batching_dims = [0], start_index_map = [1], "
+                                          "index_vector_dim = 2", [1, 1]),
+    "gather_windows_clamped": _gather([5, 3], np.array([[7], [-2], [2]]), [3, 2, 3],
+                                      "offset_dims = [1, 2], start_index_map = [0], index_vector_dim = 1", [2, 3]),
+    "gather_2d_index_implicit_vector": _gather([4, 5], np.array([[0, 3], [2, 2]]), [2, 2, 5],
+                                               "offset_dims = [2], collapsed_slice_dims = [0], start_index_map = [0], "
+                                               "index_vector_dim = 2", [1, 5]),
+    "scatter_add_duplicates": _scatter([6, 3], np.array([[1], [4], [1], [5]]), [4, 3],
+                                       "update_window_dims = [1], inserted_window_dims = [0], "
+                                       "scatter_dims_to_operand_dims = [0], index_vector_dim = 1"),
+    "scatter_add_scalar_updates": _scatter([4, 3], np.array([[0, 2], [3, 1], [0, 2]]), [3],
+                                           "inserted_window_dims = [0, 1], scatter_dims_to_operand_dims = [0, 1], "
+                                           "index_vector_dim = 1"),
+    "scatter_replace_unique": _scatter([6, 3], np.array([[2], [0], [5]]), [3, 3],
+                                       "update_window_dims = [1], inserted_window_dims = [0], "
+                                       "scatter_dims_to_operand_dims = [0], index_vector_dim = 1", "replace"),
+    "dynamic_slice": _ds(2, 1),
+    "dynamic_slice_clamped": _ds(5, 4),
+    "dynamic_slice_negative_start": _ds(-3, 1),
+    "dynamic_update_slice": _dus(1, 2),
+    "dynamic_update_slice_clamped": _dus(6, -1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEXING_CASES))
+def test_indexing(name):
+    text, args = INDEXING_CASES[name]
+    check_module(text, args, what=name)
+
+
+def test_gather_duplicates_accumulate_exactly():
+    text, _ = INDEXING_CASES["gather_rows_duplicates"]
+    a = np.arange(15.0).reshape(5, 3)
+    (g,) = _vjp(text, [a, np.array([[1], [4], [1], [0]], np.int32)], [np.ones((4, 3))])
+    np.testing.assert_array_equal(g, 2 * a * np.array([1, 2, 0, 0, 1])[:, None])
+
+
+def test_scatter_add_out_of_bounds_update_gets_zero():
+    """XLA/JAX 'drop' semantics: an update window outside the operand is skipped."""
+    text, _ = _scatter([4, 2], np.array([[1], [9]]), [2, 2],
+                       "update_window_dims = [1], inserted_window_dims = [0], "
+                       "scatter_dims_to_operand_dims = [0], index_vector_dim = 1")
+    a, u = np.ones((4, 2)), np.full((2, 2), 2.0)
+    ga, gu = _vjp(text, [a, np.array([[1], [9]], np.int32), u], [np.ones((4, 2))])
+    np.testing.assert_array_equal(gu, [[6.0, 6.0], [0.0, 0.0]])  # d(y^2)/du = 2 y, y = 1 + 2 at row 1
+
+
+# ----- sort, top_k, argmax-style reduce -----------------------------------------------------
+
+_LT = "^bb0(%p: tensor<f64>, %q: tensor<f64>{extra}):\n  %c = stablehlo.compare LT, %p, %q, FLOAT : " \
+      "(tensor<f64>, tensor<f64>) -> tensor<i1>\n  stablehlo.return %c : tensor<i1>"
+
+SELECTION_CASES = {
+    "sort_rows": (_f("%a: tensor<3x5xf64>",
+                     "%0 = \"stablehlo.sort\"(%a) <{dimension = 1 : i64, is_stable = true}> ({\n"
+                     + _LT.format(extra="") + "\n}) : (tensor<3x5xf64>) -> tensor<3x5xf64>\n"
+                     "%w = stablehlo.iota dim = 1 : tensor<3x5xf64>\n%1 = stablehlo.multiply %0, %w : tensor<3x5xf64>\n"
+                     " return %1 : tensor<3x5xf64>", "tensor<3x5xf64>"), [normal(3, 5)]),
+    "sort_columns_key_value": (_f("%a: tensor<4x3xf64>, %b: tensor<4x3xf64>",
+                                  "%0:2 = \"stablehlo.sort\"(%a, %b) <{dimension = 0 : i64}> ({\n"
+                                  + _LT.format(extra=", %r: tensor<f64>, %s: tensor<f64>")
+                                  + "\n}) : (tensor<4x3xf64>, tensor<4x3xf64>) -> (tensor<4x3xf64>, tensor<4x3xf64>)\n"
+                                  "%1 = stablehlo.multiply %0#0, %0#1 : tensor<4x3xf64>\n"
+                                  "%w = stablehlo.iota dim = 0 : tensor<4x3xf64>\n"
+                                  "%2 = stablehlo.multiply %1, %w : tensor<4x3xf64>\n return %2 : tensor<4x3xf64>",
+                                  "tensor<4x3xf64>"), [normal(4, 3), normal(4, 3)]),
+    "top_k": (_f("%a: tensor<4x6xf64>",
+                 "%v, %i = chlo.top_k(%a, k = 3) : tensor<4x6xf64> -> (tensor<4x3xf64>, tensor<4x3xi32>)\n"
+                 "%w = stablehlo.iota dim = 1 : tensor<4x3xf64>\n%1 = stablehlo.multiply %v, %w : tensor<4x3xf64>\n"
+                 " return %1, %i : tensor<4x3xf64>, tensor<4x3xi32>", "(tensor<4x3xf64>, tensor<4x3xi32>)"),
+              [normal(4, 6)]),
+    "top_k_batched": (_f("%a: tensor<2x3x5xf64>",
+                         "%v, %i = chlo.top_k(%a, k = 2) : tensor<2x3x5xf64> -> "
+                         "(tensor<2x3x2xf64>, tensor<2x3x2xi32>)\n"
+                         "%1 = stablehlo.multiply %v, %v : tensor<2x3x2xf64>\n return %1 : tensor<2x3x2xf64>",
+                         "tensor<2x3x2xf64>"), [normal(2, 3, 5)]),
+    "argmax_reduce_value_and_index": (_f(
+        "%a: tensor<4x5xf64>",
+        "%i = stablehlo.iota dim = 1 : tensor<4x5xi32>\n"
+        "%ninf = stablehlo.constant dense<0xFFF0000000000000> : tensor<f64>\n"
+        "%z = stablehlo.constant dense<0> : tensor<i32>\n"
+        "%0:2 = stablehlo.reduce(%a init: %ninf), (%i init: %z) across dimensions = [1] : "
+        "(tensor<4x5xf64>, tensor<4x5xi32>, tensor<f64>, tensor<i32>) -> (tensor<4xf64>, tensor<4xi32>)\n"
+        " reducer(%p: tensor<f64>, %q: tensor<f64>) (%pi: tensor<i32>, %qi: tensor<i32>) {\n"
+        "  %gt = stablehlo.compare GT, %p, %q, FLOAT : (tensor<f64>, tensor<f64>) -> tensor<i1>\n"
+        "  %eq = stablehlo.compare EQ, %p, %q, FLOAT : (tensor<f64>, tensor<f64>) -> tensor<i1>\n"
+        "  %lt = stablehlo.compare LT, %pi, %qi, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+        "  %tie = stablehlo.and %eq, %lt : tensor<i1>\n  %take = stablehlo.or %gt, %tie : tensor<i1>\n"
+        "  %v = stablehlo.select %gt, %p, %q : tensor<i1>, tensor<f64>\n"
+        "  %vi = stablehlo.select %take, %pi, %qi : tensor<i1>, tensor<i32>\n"
+        "  stablehlo.return %v, %vi : tensor<f64>, tensor<i32>\n }\n"
+        "%1 = stablehlo.multiply %0#0, %0#0 : tensor<4xf64>\n return %1, %0#1 : tensor<4xf64>, tensor<4xi32>",
+        "(tensor<4xf64>, tensor<4xi32>)"), [normal(4, 5)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTION_CASES))
+def test_selection(name):
+    text, args = SELECTION_CASES[name]
+    check_module(text, args, what=name)
+
+
+# ----- CHLO -----------------------------------------------------------------------------------
+
+def _chlo(op: str, x) -> tuple[str, list]:
+    t = _t(np.shape(x))
+    body = f"%0 = chlo.{op} %a : {t} -> {t}\n%1 = stablehlo.multiply %0, %a : {t}\n return %1 : {t}"
+    return _f(f"%a: {t}", body, t), [x]
+
+
+CHLO_CASES = {
+    "square": _chlo("square", normal(2, 3)),
+    "erfc": _chlo("erfc", normal(5)),
+    "sinh": _chlo("sinh", normal(4)),
+    "cosh": _chlo("cosh", normal(4)),
+    "asin": _chlo("asin", rng.uniform(-0.9, 0.9, 4)),
+    "acos": _chlo("acos", rng.uniform(-0.9, 0.9, 4)),
+    "atan": _chlo("atan", normal(4)),
+    "asinh": _chlo("asinh", normal(4)),
+    "acosh": _chlo("acosh", rng.uniform(1.2, 3.0, 4)),
+    "atanh": _chlo("atanh", rng.uniform(-0.9, 0.9, 4)),
+    "lgamma": _chlo("lgamma", rng.uniform(0.3, 4.0, 4)),
+    "erf_inv": _chlo("erf_inv", rng.uniform(-0.9, 0.9, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHLO_CASES))
+def test_chlo(name):
+    text, args = CHLO_CASES[name]
+    check_module(text, args, what=f"chlo.{name}")
+
+
+# ----- case / if ---------------------------------------------------------------------------------
+
+_CASE = _f(
+    "%k: tensor<i32>, %a: tensor<3xf64>, %b: tensor<3xf64>, %c: tensor<3xf64>",
+    "%s = stablehlo.sine %a : tensor<3xf64>\n"
+    "%0:2 = \"stablehlo.case\"(%k) ({\n"
+    "  %1 = stablehlo.multiply %s, %b : tensor<3xf64>\n  %2 = stablehlo.exponential %1 : tensor<3xf64>\n"
+    "  stablehlo.return %2, %a : tensor<3xf64>, tensor<3xf64>\n}, {\n"
+    "  %1 = stablehlo.multiply %a, %a : tensor<3xf64>\n"
+    "  stablehlo.return %1, %c : tensor<3xf64>, tensor<3xf64>\n}, {\n"
+    "  %1 = stablehlo.tanh %c : tensor<3xf64>\n  %2 = stablehlo.multiply %1, %s : tensor<3xf64>\n"
+    "  stablehlo.return %2, %2 : tensor<3xf64>, tensor<3xf64>\n"
+    "}) : (tensor<i32>) -> (tensor<3xf64>, tensor<3xf64>)\n"
+    "%3 = stablehlo.multiply %0#0, %0#1 : tensor<3xf64>\n return %3, %0#1 : tensor<3xf64>, tensor<3xf64>",
+    "(tensor<3xf64>, tensor<3xf64>)")
+
+_NESTED_CASE = _f(
+    "%k: tensor<i32>, %j: tensor<i32>, %a: tensor<3xf64>, %b: tensor<3xf64>",
+    "%0 = \"stablehlo.case\"(%k) ({\n"
+    "  %1 = stablehlo.multiply %a, %b : tensor<3xf64>\n"
+    "  %2 = \"stablehlo.case\"(%j) ({\n    %3 = stablehlo.tanh %1 : tensor<3xf64>\n"
+    "    stablehlo.return %3 : tensor<3xf64>\n  }, {\n    %3 = stablehlo.multiply %1, %a : tensor<3xf64>\n"
+    "    stablehlo.return %3 : tensor<3xf64>\n  }) : (tensor<i32>) -> tensor<3xf64>\n"
+    "  stablehlo.return %2 : tensor<3xf64>\n}, {\n"
+    "  stablehlo.return %b : tensor<3xf64>\n}) : (tensor<i32>) -> tensor<3xf64>\n return %0 : tensor<3xf64>",
+    "tensor<3xf64>")
+
+_IF = _f(
+    "%p: tensor<i1>, %a: tensor<3xf64>, %b: tensor<3xf64>",
+    "%0 = \"stablehlo.if\"(%p) ({\n  %1 = stablehlo.multiply %a, %b : tensor<3xf64>\n"
+    "  stablehlo.return %1 : tensor<3xf64>\n}, {\n  %1 = stablehlo.exponential %a : tensor<3xf64>\n"
+    "  stablehlo.return %1 : tensor<3xf64>\n}) : (tensor<i1>) -> tensor<3xf64>\n return %0 : tensor<3xf64>",
+    "tensor<3xf64>")
+
+BRANCH_CASES = {
+    **{f"case_branch{k}": (_CASE, [np.int32(k), normal(3), normal(3), normal(3)]) for k in range(3)},
+    "case_index_out_of_range_runs_last": (_CASE, [np.int32(7), normal(3), normal(3), normal(3)]),
+    **{f"nested_case_{k}{j}": (_NESTED_CASE, [np.int32(k), np.int32(j), normal(3), normal(3)])
+       for k, j in ((0, 0), (0, 1), (1, 0))},
+    "if_true": (_IF, [np.array(True), normal(3), normal(3)]),
+    "if_false": (_IF, [np.array(False), normal(3), normal(3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BRANCH_CASES))
+def test_branches(name):
+    text, args = BRANCH_CASES[name]
+    check_module(text, args, what=name)
+
+
+def test_case_branch_not_taken_gives_zero():
+    """Values captured only by the branch not taken get an exact zero."""
+    a, b, c = normal(3), normal(3), normal(3)
+    ga, gb, gc = _vjp(_CASE, [np.int32(1), a, b, c], [np.ones(3), np.zeros(3)])
+    np.testing.assert_allclose(ga, 2 * a * c, rtol=1e-12)  # d(a^2 * c)/da
+    np.testing.assert_array_equal(gb, np.zeros(3))
+    np.testing.assert_allclose(gc, a * a, rtol=1e-12)
+
+
+# ----- while ------------------------------------------------------------------------------------
+
+_FORI = _f(
+    "%x: tensor<2x3xf64>, %w: tensor<3x3xf64>, %b: tensor<3xf64>",
+    "%z = stablehlo.constant dense<0> : tensor<i32>\n"
+    "%0:3 = stablehlo.while(%i = %z, %h = %x, %ww = %w) : tensor<i32>, tensor<2x3xf64>, tensor<3x3xf64>\n"
+    " cond {\n  %n = stablehlo.constant dense<4> : tensor<i32>\n"
+    "  %c = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "  stablehlo.return %c : tensor<i1>\n } do {\n"
+    "  %1 = stablehlo.dot_general %h, %ww, contracting_dims = [1] x [0] : "
+    "(tensor<2x3xf64>, tensor<3x3xf64>) -> tensor<2x3xf64>\n"
+    # (IREE 3.13 cannot compile an i32 -> f64 convert: through f32.)
+    "  %f32 = stablehlo.convert %i : (tensor<i32>) -> tensor<f32>\n"
+    "  %f = stablehlo.convert %f32 : (tensor<f32>) -> tensor<f64>\n"
+    "  %bb = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<3xf64>) -> tensor<2x3xf64>\n"
+    "  %fb = stablehlo.broadcast_in_dim %f, dims = [] : (tensor<f64>) -> tensor<2x3xf64>\n"
+    "  %2 = stablehlo.multiply %bb, %fb : tensor<2x3xf64>\n  %3 = stablehlo.add %1, %2 : tensor<2x3xf64>\n"
+    "  %4 = stablehlo.tanh %3 : tensor<2x3xf64>\n"
+    "  %one = stablehlo.constant dense<1> : tensor<i32>\n  %5 = stablehlo.add %i, %one : tensor<i32>\n"
+    "  stablehlo.return %5, %4, %ww : tensor<i32>, tensor<2x3xf64>, tensor<3x3xf64>\n }\n"
+    " return %0#1 : tensor<2x3xf64>", "tensor<2x3xf64>")
+
+_SCAN = _f(
+    "%xs: tensor<5x3xf64>, %h0: tensor<3xf64>, %w: tensor<3xf64>",
+    "%z = stablehlo.constant dense<0> : tensor<i32>\n%zz = stablehlo.constant dense<0.0> : tensor<5x3xf64>\n"
+    "%0:3 = stablehlo.while(%i = %z, %h = %h0, %ys = %zz) : tensor<i32>, tensor<3xf64>, tensor<5x3xf64>\n"
+    " cond {\n  %n = stablehlo.constant dense<5> : tensor<i32>\n"
+    "  %c = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "  stablehlo.return %c : tensor<i1>\n } do {\n"
+    "  %c0 = stablehlo.constant dense<0> : tensor<i32>\n"
+    "  %x = stablehlo.dynamic_slice %xs, %i, %c0, sizes = [1, 3] : "
+    "(tensor<5x3xf64>, tensor<i32>, tensor<i32>) -> tensor<1x3xf64>\n"
+    "  %xr = stablehlo.reshape %x : (tensor<1x3xf64>) -> tensor<3xf64>\n"
+    "  %1 = stablehlo.multiply %h, %w : tensor<3xf64>\n  %2 = stablehlo.add %1, %xr : tensor<3xf64>\n"
+    "  %3 = stablehlo.tanh %2 : tensor<3xf64>\n"
+    "  %y = stablehlo.reshape %3 : (tensor<3xf64>) -> tensor<1x3xf64>\n"
+    "  %4 = stablehlo.dynamic_update_slice %ys, %y, %i, %c0 : "
+    "(tensor<5x3xf64>, tensor<1x3xf64>, tensor<i32>, tensor<i32>) -> tensor<5x3xf64>\n"
+    "  %one = stablehlo.constant dense<1> : tensor<i32>\n  %5 = stablehlo.add %i, %one : tensor<i32>\n"
+    "  stablehlo.return %5, %3, %4 : tensor<i32>, tensor<3xf64>, tensor<5x3xf64>\n }\n"
+    " return %0#1, %0#2 : tensor<3xf64>, tensor<5x3xf64>", "(tensor<3xf64>, tensor<5x3xf64>)")
+
+
+def _loop(n_start, n_bound, direction, step, body_extra="", sig="%a: tensor<3xf64>, %s: tensor<3xf64>",
+          flip=False):
+    """A counted loop x <- sin(x) * s (+ extra) from start to bound; ``flip`` writes the bound first."""
+    lhs, rhs = ("%n", "%i") if flip else ("%i", "%n")
+    cmp = f"stablehlo.compare {direction}, {lhs}, {rhs}, SIGNED"
+    return _f(sig,
+              f"%z = stablehlo.constant dense<{n_start}> : tensor<i32>\n"
+              "%0:2 = stablehlo.while(%i = %z, %x = %a) : tensor<i32>, tensor<3xf64>\n"
+              f" cond {{\n  %n = stablehlo.constant dense<{n_bound}> : tensor<i32>\n"
+              f"  %c = {cmp} : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+              "  stablehlo.return %c : tensor<i1>\n } do {\n"
+              "  %1 = stablehlo.sine %x : tensor<3xf64>\n  %2 = stablehlo.multiply %1, %s : tensor<3xf64>\n"
+              f"{body_extra}"
+              f"  %st = stablehlo.constant dense<{step}> : tensor<i32>\n  %5 = stablehlo.add %i, %st : tensor<i32>\n"
+              "  stablehlo.return %5, %2 : tensor<i32>, tensor<3xf64>\n }\n"
+              " return %0#1 : tensor<3xf64>", "tensor<3xf64>")
+
+
+_NESTED_LOOP = _f(
+    "%a: tensor<3xf64>, %s: tensor<3xf64>",
+    "%z = stablehlo.constant dense<0> : tensor<i32>\n"
+    "%0:2 = stablehlo.while(%i = %z, %x = %a) : tensor<i32>, tensor<3xf64>\n"
+    " cond {\n  %n = stablehlo.constant dense<3> : tensor<i32>\n"
+    "  %c = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "  stablehlo.return %c : tensor<i1>\n } do {\n"
+    "  %1:2 = stablehlo.while(%j = %z, %y = %x) : tensor<i32>, tensor<3xf64>\n"
+    "   cond {\n    %m = stablehlo.constant dense<2> : tensor<i32>\n"
+    "    %c = stablehlo.compare LT, %j, %m, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "    stablehlo.return %c : tensor<i1>\n   } do {\n"
+    "    %2 = stablehlo.multiply %y, %s : tensor<3xf64>\n    %3 = stablehlo.sine %2 : tensor<3xf64>\n"
+    "    %4 = stablehlo.add %3, %x : tensor<3xf64>\n"
+    "    %one = stablehlo.constant dense<1> : tensor<i32>\n    %5 = stablehlo.add %j, %one : tensor<i32>\n"
+    "    stablehlo.return %5, %4 : tensor<i32>, tensor<3xf64>\n   }\n"
+    "  %one = stablehlo.constant dense<1> : tensor<i32>\n  %6 = stablehlo.add %i, %one : tensor<i32>\n"
+    "  stablehlo.return %6, %1#1 : tensor<i32>, tensor<3xf64>\n }\n"
+    " return %0#1 : tensor<3xf64>", "tensor<3xf64>")
+
+_LOOP_WITH_CASE = _f(
+    "%xs: tensor<4x3xf64>, %h0: tensor<3xf64>, %w: tensor<3xf64>",
+    "%z = stablehlo.constant dense<0> : tensor<i32>\n"
+    "%0:2 = stablehlo.while(%i = %z, %h = %h0) : tensor<i32>, tensor<3xf64>\n"
+    " cond {\n  %n = stablehlo.constant dense<4> : tensor<i32>\n"
+    "  %c = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "  stablehlo.return %c : tensor<i1>\n } do {\n"
+    "  %c0 = stablehlo.constant dense<0> : tensor<i32>\n"
+    "  %x = stablehlo.dynamic_slice %xs, %i, %c0, sizes = [1, 3] : "
+    "(tensor<4x3xf64>, tensor<i32>, tensor<i32>) -> tensor<1x3xf64>\n"
+    "  %xr = stablehlo.reshape %x : (tensor<1x3xf64>) -> tensor<3xf64>\n"
+    "  %two = stablehlo.constant dense<2> : tensor<i32>\n"
+    "  %k = stablehlo.remainder %i, %two : tensor<i32>\n"
+    "  %1 = \"stablehlo.case\"(%k) ({\n    %2 = stablehlo.multiply %h, %w : tensor<3xf64>\n"
+    "    %3 = stablehlo.add %2, %xr : tensor<3xf64>\n    %4 = stablehlo.tanh %3 : tensor<3xf64>\n"
+    "    stablehlo.return %4 : tensor<3xf64>\n  }, {\n"
+    "    %2 = stablehlo.multiply %h, %xr : tensor<3xf64>\n    stablehlo.return %2 : tensor<3xf64>\n"
+    "  }) : (tensor<i32>) -> tensor<3xf64>\n"
+    "  %one = stablehlo.constant dense<1> : tensor<i32>\n  %5 = stablehlo.add %i, %one : tensor<i32>\n"
+    "  stablehlo.return %5, %1 : tensor<i32>, tensor<3xf64>\n }\n"
+    " return %0#1 : tensor<3xf64>", "tensor<3xf64>")
+
+LOOP_CASES = {
+    "fori_invariant_weights_captured_bias": (_FORI, [normal(2, 3), normal(3, 3) * 0.5, normal(3)]),
+    "scan_dynamic_slices": (_SCAN, [normal(5, 3), normal(3), normal(3)]),
+    "count_up_le": (_loop(0, 3, "LE", 1), [normal(3), normal(3)]),
+    "count_down_gt": (_loop(6, 0, "GT", -2), [normal(3), normal(3)]),
+    "bound_on_the_left": (_loop(1, 5, "GT", 1, flip=True), [normal(3), normal(3)]),
+    "step_ne": (_loop(0, 6, "NE", 3), [normal(3), normal(3)]),
+    "zero_trips": (_loop(5, 2, "LT", 1), [normal(3), normal(3)]),
+    "nested_loops": (_NESTED_LOOP, [normal(3), normal(3)]),
+    "case_inside_scan": (_LOOP_WITH_CASE, [normal(4, 3), normal(3), normal(3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOP_CASES))
+def test_while(name):
+    text, args = LOOP_CASES[name]
+    check_module(text, args, what=name)
+
+
+@pytest.mark.parametrize("name, n", [("fori_invariant_weights_captured_bias", 4), ("count_up_le", 4),
+                                     ("count_down_gt", 3), ("bound_on_the_left", 4), ("step_ne", 2),
+                                     ("zero_trips", 0)])
+def test_trip_count(name, n):
+    module = passes.parse_module(LOOP_CASES[name][0])
+    func = module.body.operations[0].operation
+    loop = next(o.operation for o in func.regions[0].blocks[0].operations if o.operation.name == "stablehlo.while")
+    assert trip_count(loop) == n
+
+
+def test_data_dependent_trip_count_is_a_value_error_naming_the_loop():
+    text = _f("%a: tensor<3xf64>",
+              "%0 = stablehlo.while(%x = %a) : tensor<3xf64>\n cond {\n"
+              "  %z = stablehlo.constant dense<0.0> : tensor<f64>\n"
+              "  %s = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [0] : "
+              "(tensor<3xf64>, tensor<f64>) -> tensor<f64>\n"
+              "  %c = stablehlo.compare LT, %s, %z, FLOAT : (tensor<f64>, tensor<f64>) -> tensor<i1>\n"
+              "  stablehlo.return %c : tensor<i1>\n } do {\n  %1 = stablehlo.sine %x : tensor<3xf64>\n"
+              "  stablehlo.return %1 : tensor<3xf64>\n }\n return %0 : tensor<3xf64>", "tensor<3xf64>")
+    with pytest.raises(ValueError, match=r"stablehlo.while at loc\(\"-\":2:6\) has a data-dependent trip count"):
+        passes.differentiate(text)
+    assert issubclass(DynamicTripCountError, ValueError)
+
+
+# ----- registry ----------------------------------------------------------------------------------
+
+def test_custom_call_names_its_target():
+    text = _f("%a: tensor<3xf64>",
+              "%0 = stablehlo.custom_call @my_kernel(%a) : (tensor<3xf64>) -> tensor<3xf64>\n"
+              " return %0 : tensor<3xf64>", "tensor<3xf64>")
+    with pytest.raises(LookupError, match="custom_call.*@my_kernel"):
+        passes.differentiate(text)
+
+
+def test_nondifferentiable_jax_ops():
+    from irgrad.passes.registry import NONDIFFERENTIABLE
+
+    assert {"stablehlo.bitcast_convert", "stablehlo.shift_left", "stablehlo.shift_right_logical",
+            "stablehlo.xor", "stablehlo.is_finite", "stablehlo.iota"} <= NONDIFFERENTIABLE
+
+
+# ----- IREE 3.13 upstream bug --------------------------------------------------------------------
+
+REPRO_LOCAL = Path(__file__).parent / "fixtures" / "iree313_copy_buffer_bug.mlir"
+
+
+@pytest.mark.xfail(strict=True, reason="IREE 3.13 upstream bug: JAX's gradient of a scan with a cond inside "
+                                       "fails at run time with OUT_OF_RANGE in hal.command_buffer.copy_buffer")
+def test_iree313_copy_buffer_reproducer_runs():
+    module = ig.compile(REPRO_LOCAL.read_text()).load()
+    xs, w = normal(5, 4).astype(np.float32), normal(4).astype(np.float32)
+    results = module["main_grad"].call_flat(xs, w)
+    assert all(np.isfinite(r).all() for r in results)
+
+
+def test_iree313_reproducer_runs_once_its_branches_are_isolated():
+    """The workaround irgrad's case adjoint uses (control_flow.isolate) also fixes JAX's module."""
+    from irgrad.passes.control_flow import isolate
+    from irgrad.passes.mlir import run_pipeline
+
+    module = passes.parse_module(REPRO_LOCAL.read_text())
+    run_pipeline(module, "builtin.module(inline)")
+    cases = []
+
+    def find(op):
+        if op.name == "stablehlo.case":
+            cases.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(find)
+    assert cases
+    with passes.context():
+        for op in cases:
+            isolate(op.operation)
+    results = ig.compile(str(module)).load()["main_grad"].call_flat(
+        normal(5, 4).astype(np.float32), normal(4).astype(np.float32))
+    assert all(np.isfinite(r).all() for r in results)
+
+
+# ----- what the adjoints build ------------------------------------------------------------------
+
+def test_scan_records_only_what_the_reverse_loop_reads():
+    """The stacked outputs (5x3) are not taped per iteration (that would be 5x5x3)."""
+    text = passes.differentiate(LOOP_CASES["scan_dynamic_slices"][0])
+    grad = text[text.index("@f_grad"):]
+    assert "5x5x3xf64" not in grad and "5x3xf64" in grad
+    assert grad.count("stablehlo.while") == 2  # the recording loop and the reverse loop
+
+
+def test_sort_next_to_an_argsort():
+    """A sort adjoint next to a JAX-style argsort of the same shape (their index iotas must not be shared)."""
+    text = _f("%a: tensor<5xf64>, %b: tensor<5xf64>",
+              "%i = stablehlo.iota dim = 0 : tensor<5xi32>\n"
+              "%0:2 = \"stablehlo.sort\"(%a, %i) <{dimension = 0 : i64}> ({\n"
+              + _LT.format(extra=", %r: tensor<i32>, %s: tensor<i32>")
+              + "\n}) : (tensor<5xf64>, tensor<5xi32>) -> (tensor<5xf64>, tensor<5xi32>)\n"
+              "%1 = \"stablehlo.sort\"(%b) <{dimension = 0 : i64}> ({\n" + _LT.format(extra="")
+              + "\n}) : (tensor<5xf64>) -> tensor<5xf64>\n"
+              "%w = stablehlo.iota dim = 0 : tensor<5xf64>\n%2 = stablehlo.multiply %1, %w : tensor<5xf64>\n"
+              " return %0#1, %2 : tensor<5xi32>, tensor<5xf64>", "(tensor<5xi32>, tensor<5xf64>)")
+    a, b = np.array([3.0, 1.0, 4.0, 0.0, 2.0]), np.array([0.5, -1.0, 2.0, 1.5, 0.0])
+    m = ig.compile(passes.differentiate(text, vjp=True, grad=False, with_value=True)).load()
+    order, _, ga, g = m["f_vjp"].call_flat(a, b, np.zeros(5, np.int32), np.ones(5))
+    np.testing.assert_array_equal(ga, np.zeros(5))
+    np.testing.assert_array_equal(order, np.argsort(a))
+    rank = np.argsort(np.argsort(b))
+    np.testing.assert_array_equal(g, rank.astype(np.float64))  # d sum(sort(b) * iota) / d b = rank
+
+
+# ----- second order: the adjoints are differentiable themselves --------------------------------
+
+SECOND_ORDER = {
+    "fori": LOOP_CASES["fori_invariant_weights_captured_bias"],
+    "scan": LOOP_CASES["scan_dynamic_slices"],
+    "nested_loops": LOOP_CASES["nested_loops"],
+    "case": BRANCH_CASES["case_branch2"],
+    "if": BRANCH_CASES["if_true"],
+    "conv_batch_groups": CONV_CASES["batch_groups"],
+    "conv_strided_dilated": CONV_CASES["all_dilations_strided"],
+    "max_pool_overlapping": WINDOW_CASES["max_overlapping_same"][:2],
+    "sum_pool_dilated": WINDOW_CASES["add_dilations"][:2],
+    "sort_key_value": SELECTION_CASES["sort_columns_key_value"],
+    "top_k": SELECTION_CASES["top_k_batched"],
+    "gather_take_along": INDEXING_CASES["gather_take_along_batching"],
+    "scatter_add": INDEXING_CASES["scatter_add_duplicates"],
+    "dynamic_update_slice": INDEXING_CASES["dynamic_update_slice_clamped"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_ORDER))
+def test_second_order(name):
+    text, args = SECOND_ORDER[name]
+    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name})")
+
+
+@pytest.mark.xfail(strict=True, reason="IREE 3.13 upstream bug: the second-order module verifies and compiles "
+                                       "but fails at run time with FAILED_PRECONDITION 'transient buffer has "
+                                       "not been committed'")
+def test_second_order_case_inside_scan():
+    text, args = LOOP_CASES["case_inside_scan"]
+    check_module(passes.differentiate(text), args, func="f_grad")
