@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import dtypes, nest
 from .framework import Graph, Operation, Tensor, get_default_graph, has_default_graph
 from .function import ConcreteFunction, TensorSpec, _conform, emit_text
@@ -53,38 +55,44 @@ class Session:
     def run(self, fetches, feed_dict: dict | None = None):
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
-        feed_dict = dict(feed_dict or {})
-        index_of = {t.value: i for i, t in enumerate(self.graph.placeholders)}
-        feeds: dict[int, Any] = {}
-        for key, value in feed_dict.items():
-            if not isinstance(key, Tensor) or key.graph is not self.graph or key.value not in index_of:
+        graph = self.graph
+        placeholders = {t.value: t for t in graph.placeholders}
+        feeds: dict[ir.Value, Any] = {}
+        for key, value in dict(feed_dict or {}).items():
+            if not isinstance(key, Tensor) or key.graph is not graph or key.value not in placeholders:
                 raise ValueError(f"feed_dict key {key!r} is not a placeholder of this session's graph")
-            feeds[index_of[key.value]] = value
-        leaves = nest.flatten(fetches)
+            feeds[key.value] = value
         tensors: list[Tensor] = []
-        for leaf in leaves:
+        for leaf in nest.flatten(fetches):
             if isinstance(leaf, Operation) or leaf is None:
                 continue
             if not isinstance(leaf, Tensor):
                 raise TypeError(f"fetch {leaf!r} is not a tensor or operation of this graph")
-            if leaf.graph is not self.graph:
+            if leaf.graph is not graph:
                 raise ValueError(f"fetch {leaf.name!r} belongs to another graph")
             tensors.append(leaf)
-        key = (tuple(t.value for t in tensors), tuple(sorted(feeds)))
+        key = (tuple(t.value for t in tensors), frozenset(feeds))
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._build(tensors, set(feeds))
-        concrete, used = entry
-        arrays = []
-        for i in used:
-            spec = TensorSpec(self.graph.placeholders[i].shape, self.graph.placeholders[i].dtype)
-            arrays.append(_conform(feeds[i], spec, i, "Session.run"))
-        results = iter(concrete.run(arrays, self._target, self._device, self._flags) if tensors else [])
-        return nest.map_structure(
-            lambda leaf: next(results) if isinstance(leaf, Tensor) else None, fetches)
+            entry = self._cache[key] = self._build(tensors, feeds)
+        concrete, sources = entry
+        arrays = [_conform(feeds[s.value], TensorSpec(s.shape, s.dtype), i, "Session.run")
+                  if isinstance(s, Tensor) else s.numpy() for i, s in enumerate(sources)]
+        values = concrete.run(arrays, self._target, self._device, self._flags) if tensors else []
+        self._apply_assignments(tensors, values)
+        results = iter(values)
+        return nest.map_structure(lambda leaf: next(results) if isinstance(leaf, Tensor) else None, fetches)
 
-    def _build(self, tensors: list[Tensor], fed: set[int]) -> tuple[ConcreteFunction, list[int]]:
-        """A module returning ``tensors`` whose arguments are the placeholders they need."""
+    def _apply_assignments(self, tensors: list[Tensor], values: list) -> None:
+        """Fetching a variable's assigned value runs the assignment (TensorFlow 1's assign op)."""
+        graph = self.graph
+        for t, value in zip(tensors, values):
+            for variable, current in graph.variable_values.items():
+                if current.value == t.value and current is not graph.variable_reads.get(variable):
+                    variable._value = np.array(value)
+
+    def _build(self, tensors: list[Tensor], feeds: dict) -> tuple[ConcreteFunction, list]:
+        """A module returning ``tensors``; its arguments are the placeholders and variables they need."""
         graph = self.graph
         with context(), ir.Location.unknown(), ir.InsertionPoint(graph.entry_block):
             hlo.return_([t.value for t in tensors])
@@ -98,21 +106,30 @@ class Session:
         block = func.regions[0].blocks[0]
         hlo.set_function_type(func, [a.type for a in block.arguments], [t.value.type for t in tensors])
         run_pipeline(module, "builtin.module(func.func(canonicalize,cse),symbol-dce)")
-        used = [i for i, a in enumerate(block.arguments) if next(iter(a.uses), None) is not None]
-        missing = [i for i in used if i not in fed]
-        if missing:
-            p = graph.placeholders[missing[0]]
-            raise ValueError(f"You must feed a value for placeholder tensor {p.op.name!r} with dtype "
-                             f"{p.dtype.name} and shape {list(p.shape)}")
+        placeholders = {t.value: t for t in graph.placeholders}
+        variables = {t.value: v for v, t in graph.variable_reads.items() if t is not None}
+        originals = list(graph.entry_block.arguments)
+        sources = []
         for i in reversed(range(len(block.arguments))):
-            if i not in used:
+            if next(iter(block.arguments[i].uses), None) is None:
                 block.erase_argument(i)
+                continue
+            original = originals[i]
+            if original in placeholders:
+                if original not in feeds:
+                    p = placeholders[original]
+                    raise ValueError(f"You must feed a value for placeholder tensor {p.op.name!r} with dtype "
+                                     f"{p.dtype.name} and shape {list(p.shape)}")
+                sources.append(placeholders[original])
+            else:
+                sources.append(variables[original])
+        sources.reverse()
         hlo.set_function_type(func, [a.type for a in block.arguments], [t.value.type for t in tensors])
         verify(module, "session subgraph")
         text = emit_text(module)
         module.erase()
-        specs = [TensorSpec(graph.placeholders[i].shape, graph.placeholders[i].dtype) for i in used]
+        specs = [TensorSpec(s.shape, s.dtype) for s in sources]
         outputs = [object()] * len(tensors)
         concrete = ConcreteFunction(graph, graph.name, specs, [], outputs, list(range(len(tensors))), [], text)
-        return concrete, used
+        return concrete, sources
 

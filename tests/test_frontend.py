@@ -155,3 +155,19 @@ def test_load_picks_the_artifacts_device(tmp_path):
     np.testing.assert_array_equal(module["inc"](np.zeros(2, np.float32)), [1.0, 1.0])
     with pytest.raises(KeyError, match="inc"):
         module["dec"]
+
+
+def test_session_with_variables_reads_and_assigns():
+    v = ig.Variable(np.array([1.0, 2.0], np.float32))
+    with ig.Graph().as_default():
+        x = ig.placeholder(ig.float32, [2], name="x")
+        y = x * v
+        grad = ig.gradients(ig.reduce_sum(y), v)[0]
+        update = v.assign_add(x)
+        with ig.Session() as sess:
+            out, g = sess.run([y, grad], {x: np.array([3.0, 4.0], np.float32)})
+            np.testing.assert_array_equal(out, [3.0, 8.0])
+            np.testing.assert_array_equal(g, [3.0, 4.0])
+            sess.run(update, {x: np.array([10.0, 10.0], np.float32)})
+            np.testing.assert_array_equal(v.numpy(), [11.0, 12.0])
+            np.testing.assert_array_equal(sess.run(y, {x: np.ones(2, np.float32)}), [11.0, 12.0])
