@@ -34,6 +34,11 @@ def _parsed(text: str) -> ir.Attribute:
         return ir.Attribute.parse(text)
 
 
+def _int_list(values: Sequence[int]) -> str:
+    """``[1, 2]``: the list syntax inside StableHLO struct attributes."""
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
 def attr(text: str) -> ir.Attribute:
     """A parsed (and cached) attribute such as ``#stablehlo<comparison_direction LT>``."""
     return _parsed(text)
@@ -302,7 +307,7 @@ def dot_general(a: Value, b: Value, lhs_batch: Sequence[int], rhs_batch: Sequenc
     lfree = [d for i, d in enumerate(sa) if i not in lhs_batch and i not in lhs_contract]
     rfree = [d for i, d in enumerate(sb) if i not in rhs_batch and i not in rhs_contract]
     out = [sa[i] for i in lhs_batch] + lfree + rfree
-    fmt = lambda xs: "[" + ", ".join(str(int(x)) for x in xs) + "]"  # noqa: E731
+    fmt = _int_list
     dims = attr(
         f"#stablehlo.dot<lhs_batching_dimensions = {fmt(lhs_batch)}, "
         f"rhs_batching_dimensions = {fmt(rhs_batch)}, "
@@ -424,7 +429,7 @@ def convolution(lhs: Value, rhs: Value, spec: Sequence[Sequence[int]], *, stride
     out[ob], out[of] = xs[lb] // batch_group_count, ws[ro]
     for i, (a, b, c) in enumerate(zip(ls, rs, os_)):
         out[c] = window_output(xs[a], ws[b], strides[i], *padding[i], lhs_dilation[i], rhs_dilation[i])
-    fmt = lambda xs: "[" + ", ".join(str(int(x)) for x in xs) + "]"  # noqa: E731
+    fmt = _int_list
     dims = attr(
         f"#stablehlo.conv<raw input_batch_dimension = {lb}, input_feature_dimension = {lf}, "
         f"input_spatial_dimensions = {fmt(ls)}, kernel_input_feature_dimension = {ri}, "

@@ -109,12 +109,8 @@ def printed_results(stdout: str) -> list[np.ndarray]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    """Keeps the tests' disk cache out of the home folder (subprocesses inherit it)."""
-    with pytest.MonkeyPatch.context() as mp:
-        path = tmp_path_factory.mktemp("irgrad-cache")
-        mp.setenv("IRGRAD_CACHE_DIR", str(path))
-        yield path
+def cache_dir(isolated_cache_dir):
+    return isolated_cache_dir
 
 
 @pytest.fixture(scope="module")

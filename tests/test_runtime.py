@@ -79,12 +79,8 @@ def g_ref(x):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    """Keeps the tests' disk cache out of the home folder."""
-    with pytest.MonkeyPatch.context() as mp:
-        path = tmp_path_factory.mktemp("irgrad-cache")
-        mp.setenv("IRGRAD_CACHE_DIR", str(path))
-        yield path
+def cache_dir(isolated_cache_dir):
+    return isolated_cache_dir
 
 
 # Every (module, options) pair the tests compile more than trivially; compiled
