@@ -171,6 +171,26 @@ def backprop(ys: Sequence[ir.Value], seeds: Sequence[Cotangent], xs: Sequence[ir
     return [total(x) for x in xs]
 
 
+def backprop_local(outputs: Sequence[ir.Value], cts: Sequence[Cotangent], inputs: Sequence[ir.Value],
+                   name: str = "gradients") -> list[Cotangent]:
+    """Cotangents of ``inputs`` through only the ops between them and ``outputs``.
+
+    For rules that rebuild an op from simpler ops (a decomposition) and differentiate
+    that: the walk stops at ``inputs``, where the outer driver carries on.
+    """
+    stop_at = set(inputs)
+    inside: set[ir.Operation] = set()
+    stack = [v.owner.operation for v in outputs if isinstance(v, ir.OpResult) and v not in stop_at]
+    while stack:
+        op = stack.pop()
+        if op in inside:
+            continue
+        inside.add(op)
+        stack.extend(v.owner.operation for v in op.operands
+                     if isinstance(v, ir.OpResult) and v not in stop_at)
+    return backprop(outputs, cts, inputs, name=name, allow=inside.__contains__)
+
+
 def _check(op: ir.Operation, operands: Sequence[ir.Value], grads: Sequence[Cotangent]) -> None:
     if len(grads) != len(operands):
         raise ValueError(
@@ -184,4 +204,4 @@ def _check(op: ir.Operation, operands: Sequence[ir.Value], grads: Sequence[Cotan
                 f"Original input type: {v.type}. Calculated input gradient type: {g.type}")
 
 
-__all__ = ["backprop", "active_ops", "aggregate", "op_inputs", "captured_values", "AGGREGATIONS"]
+__all__ = ["backprop", "backprop_local", "active_ops", "aggregate", "op_inputs", "captured_values", "AGGREGATIONS"]

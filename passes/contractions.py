@@ -29,9 +29,17 @@ def _transpose_back(t: ir.Value, source_dims: list[int]) -> ir.Value:
 @adjoint("stablehlo.dot_general")
 def _dot_general(op, cts):
     """d lhs = ct . rhs over rhs's free dims; d rhs = ct . lhs over lhs's free dims"""
-    (ct,) = cts
+    return _dot_adjoint(cts[0], *op.operands, *dot_dimensions(op))
+
+
+@adjoint("stablehlo.dot")
+def _dot(op, cts):
+    """the older dot: a dot_general contracting lhs's last dim with rhs's first"""
     lhs, rhs = op.operands
-    lb, rb, lc, rc = dot_dimensions(op)
+    return _dot_adjoint(cts[0], lhs, rhs, [], [], [len(shape(lhs)) - 1], [0])
+
+
+def _dot_adjoint(ct, lhs, rhs, lb, rb, lc, rc):
     lrank, rrank = len(shape(lhs)), len(shape(rhs))
     lf = [d for d in range(lrank) if d not in lb and d not in lc]
     rf = [d for d in range(rrank) if d not in rb and d not in rc]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from . import hlo
-from .backprop import backprop
+from .backprop import backprop_local
 from .mlir import ir
 from .registry import COMPOSITE_RULES, adjoint, composite_adjoint
 
@@ -56,11 +56,9 @@ def lookup_function(anchor: ir.Operation, name: str) -> ir.Operation:
         raise LookupError(f"function @{name} referenced at {anchor.location} is not in the module") from None
 
 
-def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value],
-                  moved: list[ir.Operation] | None = None) -> list[ir.Value]:
+def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value]) -> list[ir.Value]:
     """Copy region ``index`` of ``op`` (one block) to the insertion point with its block
-    arguments bound to ``args``; return the values its terminator returns (and append the
-    copied ops to ``moved``)."""
+    arguments bound to ``args``; return the values its terminator returns."""
     clone = op.clone()  # inserted at the insertion point; only its region survives
     block = clone.regions[index].blocks[0]
     for formal, actual in zip(block.arguments, args):
@@ -69,8 +67,6 @@ def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value],
     results = list(body[-1].operands)
     for o in body[:-1]:
         o.move_before(clone)
-    if moved is not None:
-        moved.extend(body[:-1])
     # Erase through its Python object first: the bindings would otherwise keep a stale
     # handle to it (erasing the clone does not invalidate handles to nested ops), which a
     # later op allocated at the same address would inherit.
@@ -117,7 +113,5 @@ def _through_decomposition(op, cts):
     """recompute the decomposition here and differentiate it"""
     decomposition = lookup_function(op, symbol(op.attributes["decomposition"]))
     operands = list(op.operands)
-    copied: list[ir.Operation] = []
-    outs = inline_region(decomposition, 0, operands, copied)
-    inside = set(copied)  # stop at the operands: the outer driver carries on from there
-    return backprop(outs, list(cts), operands, name=f"{composite_name(op)}", allow=inside.__contains__)
+    outs = inline_region(decomposition, 0, operands)
+    return backprop_local(outs, list(cts), operands, name=composite_name(op))

@@ -29,6 +29,20 @@ def _broadcast_in_dim(op, cts):
     return (hlo.reshape(total, xs),)
 
 
+@adjoint("stablehlo.broadcast")
+def _broadcast(op, cts):
+    """the older broadcast prepends dims: sum them away"""
+    (ct,) = cts
+    added = len(shape(ct)) - len(shape(op.operands[0]))
+    return (hlo.reduce_sum(ct, range(added)),)
+
+
+@adjoint("stablehlo.reduce_precision")
+def _reduce_precision(op, cts):
+    """straight through: dx = ct (rounding has zero derivative almost everywhere; JAX's choice)"""
+    return (cts[0],)
+
+
 @adjoint("stablehlo.reshape")
 def _reshape(op, cts):
     """dx = reshape(ct, x.shape)"""

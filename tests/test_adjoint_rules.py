@@ -178,6 +178,33 @@ TEXT_CASES = {
            "%0 = stablehlo.dot_general %a, %b, contracting_dims = [2, 1] x [0, 2] "
            ": (tensor<2x3x4xf64>, tensor<4x5x3xf64>) -> tensor<2x5xf64>\n return %0 : tensor<2x5xf64>",
            "tensor<2x5xf64>"), [normal(2, 3, 4), normal(4, 5, 3)]),
+    "dot_matrix_vector": (
+        _f("%a: tensor<3x4xf64>, %b: tensor<4xf64>",
+           "%0 = stablehlo.dot %a, %b : (tensor<3x4xf64>, tensor<4xf64>) -> tensor<3xf64>\n return %0 : tensor<3xf64>",
+           "tensor<3xf64>"), [normal(3, 4), normal(4)]),
+    "dot_matrix_matrix": (
+        _f("%a: tensor<2x3xf64>, %b: tensor<3x2xf64>",
+           "%0 = stablehlo.dot %a, %b : (tensor<2x3xf64>, tensor<3x2xf64>) -> tensor<2x2xf64>\n"
+           "%1 = stablehlo.multiply %0, %0 : tensor<2x2xf64>\n return %1 : tensor<2x2xf64>",
+           "tensor<2x2xf64>"), [normal(2, 3), normal(3, 2)]),
+    "broadcast_prepends_dims": (
+        _f("%a: tensor<3xf64>",
+           "%0 = stablehlo.broadcast %a, sizes = [2, 4] : (tensor<3xf64>) -> tensor<2x4x3xf64>\n"
+           "%1 = stablehlo.multiply %0, %0 : tensor<2x4x3xf64>\n return %1 : tensor<2x4x3xf64>",
+           "tensor<2x4x3xf64>"), [normal(3)]),
+    "batch_norm_training": (
+        _f("%x: tensor<4x3x2xf64>, %s: tensor<3xf64>, %o: tensor<3xf64>",
+           "%y, %m, %v = \"stablehlo.batch_norm_training\"(%x, %s, %o) {epsilon = 1.0e-3 : f32, feature_index = 1 : i64} "
+           ": (tensor<4x3x2xf64>, tensor<3xf64>, tensor<3xf64>) -> (tensor<4x3x2xf64>, tensor<3xf64>, tensor<3xf64>)\n"
+           "%y2 = stablehlo.multiply %y, %y : tensor<4x3x2xf64>\n"
+           " return %y2, %m, %v : tensor<4x3x2xf64>, tensor<3xf64>, tensor<3xf64>",
+           "(tensor<4x3x2xf64>, tensor<3xf64>, tensor<3xf64>)"), [normal(4, 3, 2), normal(3), normal(3)]),
+    "batch_norm_inference": (
+        _f("%x: tensor<4x3xf64>, %s: tensor<3xf64>, %o: tensor<3xf64>, %m: tensor<3xf64>, %v: tensor<3xf64>",
+           "%y = \"stablehlo.batch_norm_inference\"(%x, %s, %o, %m, %v) {epsilon = 1.0e-3 : f32, feature_index = 1 : i64} "
+           ": (tensor<4x3xf64>, tensor<3xf64>, tensor<3xf64>, tensor<3xf64>, tensor<3xf64>) -> tensor<4x3xf64>\n"
+           "%y2 = stablehlo.multiply %y, %y : tensor<4x3xf64>\n return %y2 : tensor<4x3xf64>", "tensor<4x3xf64>"),
+        [normal(4, 3), normal(3), normal(3), normal(3), positive(3)]),
     "broadcast_in_dim_permuted": (
         _f("%a: tensor<3x1xf64>",
            "%0 = stablehlo.broadcast_in_dim %a, dims = [2, 0] : (tensor<3x1xf64>) -> tensor<4x2x3xf64>\n"
@@ -347,3 +374,14 @@ def test_every_frontend_op_has_a_rule_or_is_nondifferentiable():
     missing = sorted(name for name in seen if name not in RULES and name not in NONDIFFERENTIABLE)
     assert not missing, f"frontend ops without an adjoint rule or nondifferentiable mark: {missing}"
     assert {"stablehlo.sine", "stablehlo.dot_general", "stablehlo.composite"} <= seen
+
+
+def test_reduce_precision_is_straight_through():
+    text = _f("%a: tensor<3xf32>",
+              "%0 = stablehlo.reduce_precision %a, format = e5m10 : tensor<3xf32>\n"
+              "%c = stablehlo.constant dense<3.0> : tensor<3xf32>\n"
+              "%1 = stablehlo.multiply %0, %c : tensor<3xf32>\n return %1 : tensor<3xf32>", "tensor<3xf32>")
+    module = ig.compile(passes.differentiate(text, with_value=True)).load()
+    value, grad = module["f_grad"](np.array([1.0001, 2.0, -3.3], np.float32))
+    np.testing.assert_allclose(value, 3 * np.array([1.0001, 2.0, -3.3], np.float16).astype(np.float32), rtol=1e-6)
+    np.testing.assert_array_equal(grad, [3.0, 3.0, 3.0])

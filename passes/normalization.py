@@ -1,0 +1,54 @@
+"""Adjoint rules of StableHLO's batch-norm ops (emitted by TensorFlow and PyTorch exporters).
+
+Each rule rebuilds the op from reductions and elementwise ops at the insertion
+point and differentiates that decomposition locally (``backprop_local``), so the
+formulas are the forward's own and every output's cotangent is honoured.
+"""
+from __future__ import annotations
+
+from . import hlo
+from .backprop import backprop_local
+from .mlir import ir, shape
+from .registry import adjoint
+
+
+def _attrs(op: ir.Operation) -> tuple[float, int]:
+    return ir.FloatAttr(op.attributes["epsilon"]).value, hlo.read_int(op, "feature_index")
+
+
+def _normalize(x, scale, offset, mean, var, eps: float, feature: int):
+    full = shape(x)
+    spread = lambda v: hlo.broadcast_in_dim(v, full, [feature])  # noqa: E731
+    inv = hlo.unary("stablehlo.rsqrt", hlo.add(var, hlo.splat(eps, var.type)))
+    centered = hlo.subtract(x, spread(mean))
+    return hlo.add(hlo.multiply(hlo.multiply(centered, spread(inv)), spread(scale)), spread(offset))
+
+
+@adjoint("stablehlo.batch_norm_inference")
+def _batch_norm_inference(op, cts):
+    """y = scale * (x - mean) / sqrt(var + eps) + offset, differentiated as written"""
+    eps, feature = _attrs(op)
+    operands = list(op.operands)
+    y = _normalize(*operands, eps, feature)
+    return backprop_local([y], list(cts), operands, name="batch_norm_inference")
+
+
+@adjoint("stablehlo.batch_norm_training")
+def _batch_norm_training(op, cts):
+    """(y, mean, var) with the batch statistics over every dim but the feature dim"""
+    eps, feature = _attrs(op)
+    x, scale, offset = op.operands
+    others = [d for d in range(len(shape(x))) if d != feature]
+    count = hlo.splat(float(max(1, _size(shape(x)) // shape(x)[feature])), scale.type)
+    mean = hlo.divide(hlo.reduce_sum(x, others), count)
+    centered = hlo.subtract(x, hlo.broadcast_in_dim(mean, shape(x), [feature]))
+    var = hlo.divide(hlo.reduce_sum(hlo.multiply(centered, centered), others), count)
+    y = _normalize(x, scale, offset, mean, var, eps, feature)
+    return backprop_local([y, mean, var], list(cts), [x, scale, offset], name="batch_norm_training")
+
+
+def _size(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
