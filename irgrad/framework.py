@@ -11,7 +11,6 @@ are ordinary tensors that can be differentiated again.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import re
 import threading
 from typing import Any, Callable, Iterator, Sequence
@@ -93,8 +92,6 @@ def _symbol(name: str) -> str:
 class Graph:
     """A dataflow graph under construction: one ``func.func`` in its own MLIR module."""
 
-    _ids = itertools.count()
-
     def __init__(self, name: str = "main", parent: "Graph | None" = None):
         """A graph; with ``parent``, a private function in the parent's module that
         captures the parent's tensors as extra arguments (custom-gradient bodies)."""
@@ -122,7 +119,6 @@ class Graph:
         self.read_watchers: list[Callable[[Any], None]] = []  # called on every variable read
         self.gradient_overrides: list[dict[str, str]] = []
         self.op_gradient_names: dict[ir.Operation, str] = {}
-        self.id = next(Graph._ids)
 
     def unique_symbol(self, name: str) -> str:
         """A function name not yet used in this graph's module."""
@@ -161,11 +157,6 @@ class Graph:
             yield
         finally:
             self.gradient_overrides.pop()
-
-    def last_op(self) -> ir.Operation | None:
-        """The last op of the current block (a position marker for tapes)."""
-        ops = self._blocks[-1].operations
-        return ops[-1].operation if len(ops) else None
 
     # --- scoping ---
     @contextlib.contextmanager
