@@ -111,6 +111,7 @@ class Graph:
         self._name_counts: dict[str, int] = {}
         self._symbols = parent._symbols if parent is not None else {self.name}
         self._ops: dict[ir.Operation, Operation] = {}
+        self._tensors: dict[ir.Value, Tensor] = {}
         self._arg_names: dict[ir.Value, str] = {}
         self.placeholders: list[Tensor] = []
         self.captures: dict[ir.Value, Tensor] = {}      # outer value -> argument of this graph
@@ -344,9 +345,14 @@ class Tensor:
     __slots__ = ("value", "graph", "__weakref__")
     __array_priority__ = 100  # numpy defers to our operators
 
-    def __init__(self, value: ir.Value, graph: Graph):
-        self.value = value
-        self.graph = graph
+    def __new__(cls, value: ir.Value, graph: Graph) -> "Tensor":
+        # One Python object per SSA value, so `is` (and list equality) mean "same tensor"
+        # while == is elementwise.
+        t = graph._tensors.get(value)
+        if t is None:
+            t = graph._tensors[value] = object.__new__(cls)
+            t.value, t.graph = value, graph
+        return t
 
     @property
     def shape(self) -> TensorShape:
@@ -382,14 +388,11 @@ class Tensor:
     def __repr__(self) -> str:
         return f"<ig.Tensor '{self.name}' shape={tuple(self.shape)} dtype={self.dtype.name}>"
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # by identity of the SSA value, so tensors can key dicts
         return hash(self.value)
 
-    def __eq__(self, other) -> bool:  # identity of the SSA value, as TF1 graph tensors
-        return isinstance(other, Tensor) and other.value == self.value
-
-    def __ne__(self, other) -> bool:
-        return not self.__eq__(other)
+    # == and != are elementwise, as TensorFlow 2's (the ops module installs them);
+    # comparing with None is False / True.
 
     def __bool__(self):
         raise TypeError("Using a symbolic ig.Tensor as a Python bool is not allowed: its value is only "

@@ -171,3 +171,17 @@ def test_session_with_variables_reads_and_assigns():
             sess.run(update, {x: np.array([10.0, 10.0], np.float32)})
             np.testing.assert_array_equal(v.numpy(), [11.0, 12.0])
             np.testing.assert_array_equal(sess.run(y, {x: np.ones(2, np.float32)}), [11.0, 12.0])
+
+
+def test_equality_operators_are_elementwise_as_tensorflow_2():
+    @ig.function
+    def f(x, y):
+        assert (x == None) is False and (x != None) is True  # noqa: E711
+        same = ig.sin(x)
+        assert same.op.outputs[0] is same and [same] == same.op.outputs  # one object per tensor
+        return x == y, x != 2.0, ig.where(x == 0.0, 10.0, x)
+
+    eq, ne, w = f(np.array([0.0, 2.0, 3.0], np.float32), np.array([0.0, 1.0, 3.0], np.float32))
+    np.testing.assert_array_equal(eq, [True, False, True])
+    np.testing.assert_array_equal(ne, [True, False, True])
+    np.testing.assert_array_equal(w, [10.0, 2.0, 3.0])

@@ -188,7 +188,7 @@ def test_cast():
 def test_cast_same_dtype_returns_input_and_sets_convert_op():
     with ig.Graph().as_default():
         x = ig.placeholder(ig.float32, [3], name="x")
-        assert ig.cast(x, ig.float32) == x  # same dtype: the input itself, as tf.cast
+        assert ig.cast(x, ig.float32) is x  # same dtype: the input itself, as tf.cast
         y = ig.cast(x, ig.int32)
         assert y.dtype == ig.int32 and y.shape == [3]
         assert y.op.type == "stablehlo.convert"

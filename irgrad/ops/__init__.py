@@ -44,3 +44,5 @@ Tensor.__and__ = lambda self, other: logical_and(self, other)
 Tensor.__or__ = lambda self, other: logical_or(self, other)
 Tensor.__invert__ = lambda self: logical_not(self)
 Tensor.__getitem__ = getitem
+Tensor.__eq__ = lambda self, other: False if other is None else equal(self, other)
+Tensor.__ne__ = lambda self, other: True if other is None else not_equal(self, other)
