@@ -206,6 +206,13 @@ def rnn(xs, h0, wx, wh):
     return ig.reduce_sum(h * h)
 
 
+def bounded_loop(x, w):
+    """A data-dependent exit with maximum_iterations: differentiable (a static trip count)."""
+    (y,) = ig.while_loop(lambda a: ig.reduce_sum(a * a) < 50.0, lambda a: ig.tanh(a * w) * 3.0, [x],
+                         maximum_iterations=6)
+    return y
+
+
 def branchy(x, w):
     y = ig.cond(ig.reduce_sum(x) > 0.0, lambda: ig.sin(x) * w, lambda: x * x + w)
     return y * 2.0
@@ -222,6 +229,7 @@ MODELS = {
                               rng.standard_normal((3, 3)), rng.standard_normal((3, 3))]),
     "rnn": (rnn, [rng.standard_normal((4, 2, 3)), rng.standard_normal((2, 5)) * 0.1,
                   rng.standard_normal((3, 5)) * 0.5, rng.standard_normal((5, 5)) * 0.5]),
+    "bounded_loop": (bounded_loop, [rng.standard_normal(3) * 0.3, rng.standard_normal(3) + 1.5]),
     "cond_taken": (branchy, [np.abs(rng.standard_normal(3)) + 0.1, rng.standard_normal(3)]),
     "cond_not_taken": (branchy, [-np.abs(rng.standard_normal(3)) - 0.1, rng.standard_normal(3)]),
     "embedding": (embedding, [rng.standard_normal((6, 3)), np.array([[1, 5], [1, 0]], np.int32),

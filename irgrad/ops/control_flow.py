@@ -16,7 +16,7 @@ from ..passes import hlo
 from ..passes.backprop import captured_values
 from ..passes.mlir import ir
 from .core import convert_to_tensor, current_graph
-from .math_ops import add, less, logical_and
+from .math_ops import add, less, logical_and, where
 
 
 def _flat_tensors(structure, what: str) -> list[Tensor]:
@@ -105,12 +105,22 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
     structure = [loop_vars] if single else loop_vars
     inits = [convert_to_tensor(v) for v in nest.flatten(structure)]
     if maximum_iterations is not None:
+        # Exactly maximum_iterations steps, each a no-op once cond has failed: the same
+        # values as TensorFlow's early exit, and a static trip count the adjoint can reverse.
         user_cond, user_body, user_structure = cond, body, structure
-        cond = lambda *vs: logical_and(user_cond(*vs[:-1]), less(vs[-1], maximum_iterations))  # noqa: E731
-        body = lambda *vs: [*_normalize(user_body(*vs[:-1]), user_structure), add(vs[-1], 1)]  # noqa: E731
-        structure = list(structure) + [0]
+        n = len(inits)
+
+        def body(*vs):
+            state = nest.pack_sequence_as(user_structure, list(vs[:n]))
+            active = logical_and(vs[n], user_cond(*state))
+            stepped = _flat_tensors(_normalize(user_body(*state), user_structure), "while_loop body")
+            kept = [where(active, new, old) for new, old in zip(stepped, vs[:n])]
+            return [*kept, active, add(vs[n + 1], 1)]
+
+        cond = lambda *vs: less(vs[n + 1], maximum_iterations)  # noqa: E731
+        structure = [*inits, True, 0]
         from .array_ops import constant
-        inits = inits + [constant(0, name=f"{name}/iterations")]
+        inits = inits + [constant(True, name=f"{name}/active"), constant(0, name=f"{name}/iterations")]
     with graph.op_scope(name, exact=True):
         draft, cond_block, body_block = hlo.while_([t.value for t in inits])
     as_vars = lambda block: nest.pack_sequence_as(  # noqa: E731
@@ -141,8 +151,8 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
     draft.erase()
     results = [Tensor(v, graph) for v in list(op.results)[:n]]
     if maximum_iterations is not None:
-        results = results[:-1]
-        structure = structure[:-1]
+        structure = [loop_vars] if single else loop_vars
+        results = results[:-2]
     packed = nest.pack_sequence_as(structure, results)
     return packed[0] if single else packed
 
