@@ -182,6 +182,10 @@ class Graph:
         with context(), ir.InsertionPoint(self._blocks[-1]), ir.Location.name(unique):
             yield unique
 
+    def set_gradient(self, t: "Tensor", name: str) -> None:
+        """Use the gradient registered under ``name`` for the op producing ``t``."""
+        self.op_gradient_names[t.value.owner.operation] = name
+
     def apply_gradient_overrides(self, values: Sequence[ir.Value]) -> None:
         """Record the override (if any) for the ops producing ``values``."""
         for v in values:

@@ -93,6 +93,21 @@ def no_gradient(op_type: str) -> None:
 
 NotDifferentiable = no_gradient
 
+# Frontend ops whose TensorFlow gradient is not their StableHLO lowering's (see their ops).
+NO_GRADIENT = "irgrad.NoGradient"
+RELU_GRADIENT = "irgrad.Relu"
+_USER_GRADIENTS[NO_GRADIENT] = None
+
+
+def _relu_gradient(op, grad):
+    """TensorFlow's ReluGrad: dy * (x > 0), so 0 at 0 and at NaN (relu is maximum(0, x))."""
+    from .ops import greater, where, zeros_like
+    x = op.inputs[1]
+    return None, where(greater(x, 0), grad, zeros_like(grad))
+
+
+_USER_GRADIENTS[RELU_GRADIENT] = _relu_gradient
+
 
 def _no_gradient_rule(op, cts):
     return (None,) * len(op.operands)

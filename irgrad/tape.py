@@ -15,6 +15,7 @@ from . import nest
 from .framework import Tensor
 from .gradients import UnconnectedGradients, _seeds, _source, _unconnected, compute_gradients
 from .ops.core import convert_to_tensor, current_graph
+from .passes.backprop import active_ops
 from .passes.mlir import ir
 from .variables import Variable
 
@@ -117,10 +118,23 @@ class GradientTape:
             return False
         return records
 
-    def _is_watched(self, source, t: Tensor) -> bool:
+    def _watched_values(self) -> set[ir.Value]:
+        values = set(self._watched)
+        values.update(self._graph.variable_reads[v].value for v in self._variables
+                      if self._graph.variable_reads.get(v) is not None)
+        return values
+
+    def _is_watched(self, source, t: Tensor, records) -> bool:
+        """Watched explicitly, an accessed variable, or (as in TensorFlow) computed on the
+        tape from watched tensors."""
         if isinstance(source, Variable):
             return source in self._variables
-        return t.value in self._watched
+        if t.value in self._watched:
+            return True
+        if not isinstance(t.value, ir.OpResult):
+            return False
+        order = active_ops([t.value], self._watched_values(), set(), records)
+        return bool(order) and order[-1] == t.value.owner.operation
 
     def _check_use(self) -> None:
         if self._graph is None:
@@ -141,9 +155,10 @@ class GradientTape:
         flat_sources = nest.flatten(sources)
         tensors = [_source(s, graph) for s in flat_sources]
         seeds = _seeds(targets, None if output_gradients is None else nest.flatten(output_gradients))
-        watched = [self._is_watched(s, t) for s, t in zip(flat_sources, tensors)]
+        records = self._recorded()
+        watched = [self._is_watched(s, t, records) for s, t in zip(flat_sources, tensors)]
         grads = compute_gradients(graph, targets, [t for t, w in zip(tensors, watched) if w], seeds,
-                                  name="tape_gradient", unconnected=unconnected, allow=self._recorded())
+                                  name="tape_gradient", unconnected=unconnected, allow=records)
         it = iter(grads)
         out = []
         for t, w in zip(tensors, watched):
@@ -169,7 +184,7 @@ class GradientTape:
         records = self._recorded()
         for s in flat_sources:
             t = _source(s, graph)
-            if self._is_watched(s, t):
+            if self._is_watched(s, t, records):
                 out.append(_jacobian_one(y, t, unconnected, "tape_jacobian", allow=records))
             elif unconnected is UnconnectedGradients.ZERO:
                 from .ops.array_ops import zeros

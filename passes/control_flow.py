@@ -103,7 +103,18 @@ def _if(op, cts):
 
 # ----- loops -------------------------------------------------------------------------
 
+_IDENTITIES = ("stablehlo.reshape", "stablehlo.convert", "stablehlo.bitcast_convert")
+
+
+def _skip_identity(v: ir.Value) -> ir.Value:
+    """Look through same-type reshapes/converts (TensorFlow's export wraps loop carries in them)."""
+    while isinstance(v, ir.OpResult) and v.owner.name in _IDENTITIES and v.owner.operands[0].type == v.type:
+        v = v.owner.operands[0]
+    return v
+
+
 def _constant_int(v: ir.Value) -> int | None:
+    v = _skip_identity(v)
     if not isinstance(v, ir.OpResult) or v.owner.name != "stablehlo.constant" or shape(v) != ():
         return None
     dense = ir.DenseIntElementsAttr(v.owner.attributes["value"])
@@ -121,10 +132,10 @@ def trip_count(op: ir.Operation) -> int:
     """n for a counted loop: carry i starts at a constant, the condition compares i with a
     constant (LT, LE, GT, GE or NE), and the body returns i + constant step."""
     cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
-    pred = list(cond.operations)[-1].operation.operands[0]
+    pred = _skip_identity(list(cond.operations)[-1].operation.operands[0])
     cmp = pred.owner if isinstance(pred, ir.OpResult) else None
     if cmp is not None and cmp.name == "stablehlo.compare":
-        lhs, rhs = cmp.operands
+        lhs, rhs = (_skip_identity(v) for v in cmp.operands)
         direction = _direction(cmp)
         if isinstance(rhs, ir.BlockArgument) and rhs.owner == cond:
             lhs, rhs, direction = rhs, lhs, _SWAPPED[direction]
@@ -143,10 +154,10 @@ def trip_count(op: ir.Operation) -> int:
 
 
 def _step(body: ir.Block, k: int) -> int | None:
-    nxt = list(body.operations)[-1].operation.operands[k]
+    nxt = _skip_identity(list(body.operations)[-1].operation.operands[k])
     if not isinstance(nxt, ir.OpResult) or nxt.owner.name != "stablehlo.add":
         return None
-    a, b = nxt.owner.operands
+    a, b = (_skip_identity(v) for v in nxt.owner.operands)
     counter = body.arguments[k]
     return _constant_int(b) if a == counter else _constant_int(a) if b == counter else None
 
@@ -166,7 +177,7 @@ def _varying(op: ir.Operation) -> list[int]:
     """Carries the body changes (the others keep their initial value in every iteration)."""
     body = op.regions[1].blocks[0]
     returned = list(body.operations)[-1].operation.operands
-    return [k for k, v in enumerate(returned) if v != body.arguments[k]]
+    return [k for k, v in enumerate(returned) if _skip_identity(v) != body.arguments[k]]
 
 
 def _tape_type(v: ir.Value, n: int) -> ir.Type:

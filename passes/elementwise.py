@@ -136,18 +136,27 @@ def _log1p(op, cts):
     return (divide(cts[0], add(x, _const(1, x))),)
 
 
+def _zero_where_ct_is_zero(ct: ir.Value, d: ir.Value) -> ir.Value:
+    """TensorFlow's Sqrt/Rsqrt gradients: a zero cotangent gives 0 even where the
+    derivative is infinite (so where(x > 0, sqrt(x), 0) has no NaN gradient at x <= 0)."""
+    zero = _const(0, ct)
+    return hlo.select(hlo.compare(ct, zero, "EQ"), zero, d)
+
+
 @adjoint("stablehlo.sqrt")
 def _sqrt(op, cts):
-    """dx = ct * 0.5 / y"""
+    """dx = ct * 0.5 / y (0 where ct == 0)"""
+    (ct,) = cts
     y = op.results[0]
-    return (divide(multiply(cts[0], _const(0.5, y)), y),)
+    return (_zero_where_ct_is_zero(ct, divide(multiply(ct, _const(0.5, y)), y)),)
 
 
 @adjoint("stablehlo.rsqrt")
 def _rsqrt(op, cts):
-    """dx = ct * -0.5 * y^3"""
+    """dx = ct * -0.5 * y^3 (0 where ct == 0)"""
+    (ct,) = cts
     y = op.results[0]
-    return (multiply(cts[0], multiply(_const(-0.5, y), multiply(y, multiply(y, y)))),)
+    return (_zero_where_ct_is_zero(ct, multiply(ct, multiply(_const(-0.5, y), multiply(y, multiply(y, y))))),)
 
 
 @adjoint("stablehlo.cbrt")

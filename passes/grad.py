@@ -104,7 +104,8 @@ def _forward_copy(module: ir.Module, after: ir.Operation, func_op: ir.Operation,
         if stale in copy.attributes:
             del copy.attributes[stale]
     if has_calls(copy):
-        run_pipeline(scratch, "builtin.module(inline)")
+        # canonicalize also drops the identity reshapes TF's export wraps loop counters in.
+        run_pipeline(scratch, "builtin.module(inline,func.func(canonicalize))")
     copy.move_after(after)
     scratch.erase()
     return copy

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from . import hlo
-from .mlir import ir, is_float, parse_module
+from .mlir import ir, is_float, parse_module, respell_foreign
 
 
 def _powers(op: ir.Operation, out: list[ir.Operation]) -> None:
@@ -49,6 +49,7 @@ def legalize_for_iree(module: ir.Module) -> int:
 
 def legalize_text(text: str) -> str:
     """``legalize_for_iree`` on module text (returned unchanged when nothing applies)."""
+    text = respell_foreign(text)
     if "stablehlo.power" not in text:
         return text
     module = parse_module(text)

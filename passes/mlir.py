@@ -11,6 +11,7 @@ import tempfile
 import threading
 
 import importlib.util
+import re
 import sys
 import types
 
@@ -56,8 +57,23 @@ def _one_line(message: str) -> str:
     return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
 
 
+# Ops other producers print in dialects IREE's context lacks, and their StableHLO/CHLO
+# spelling (TensorFlow's StableHLO export prints XLA's erf as mhlo.erf).
+_FOREIGN = [(re.compile(r"\bmhlo\.erf\s+(%[\w#.$-]+)\s*:\s*(tensor<[^>]*>)"), r"chlo.erf \1 : \2 -> \2")]
+
+
+def respell_foreign(text: str) -> str:
+    """Rewrite known non-StableHLO spellings (``mhlo.erf``) into StableHLO/CHLO."""
+    if "mhlo." not in text:
+        return text
+    for pattern, replacement in _FOREIGN:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def parse_module(text: str) -> ir.Module:
     """Parse StableHLO/CHLO/func text into a verified module or raise IRError."""
+    text = respell_foreign(text)
     ctx = context()
     with ctx:
         try:

@@ -37,6 +37,12 @@ def _broadcast(op, cts):
     return (hlo.reduce_sum(ct, range(added)),)
 
 
+@adjoint("stablehlo.set_dimension_size")
+def _set_dimension_size(op, cts):
+    """static shapes: the op is an identity on the operand; the size gets nothing"""
+    return cts[0], None
+
+
 @adjoint("stablehlo.reduce_precision")
 def _reduce_precision(op, cts):
     """straight through: dx = ct (rounding has zero derivative almost everywhere; JAX's choice)"""

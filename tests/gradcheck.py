@@ -87,7 +87,9 @@ def check_vjp(forward: Callable[..., list[np.ndarray]], vjp: Callable[..., list[
 def check_module(text: str, args: Sequence[np.ndarray], *, func: str | None = None, **kw) -> str:
     """Differentiate StableHLO ``text`` with the module-level pass and check its @F_vjp."""
     module_text = passes.differentiate(text, func, vjp=True, grad=False, with_value=True)
-    name = func or passes.function_name(passes.find_function(passes.parse_module(text), None))
+    # Keep the parsed module alive while reading its function: ops do not own their module.
+    parsed = passes.parse_module(text)
+    name = func or passes.function_name(passes.find_function(parsed, None))
     m = _load(module_text)
     fwd, vjp_fn = m[name], m[f"{name}_vjp"]
     n_out = len(fwd.signature.outputs)

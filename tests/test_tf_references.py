@@ -74,23 +74,10 @@ TOLERANCES = {"float32": (1e-5, 1e-6), "float64": (1e-10, 1e-12), "float16": (1e
 
 # Known disagreements with TensorFlow (the lead decides what to do with each).
 DIFFERS: dict[str, str] = {
-    "where_sqrt_unselected_branch":
-        "TF's SqrtGrad kernel gives 0 where the incoming gradient is 0, so where(x > 0, sqrt(x), 0) "
-        "has gradient 0 at x <= 0 (TF [0, 0, 0.354] at x = [-1, 0, 2]); irgrad computes "
-        "0 * 0.5 / sqrt(x) = NaN there ([nan, nan, 0.354])",
-    "sqrt_rsqrt_zero_cotangent":
-        "with grad_ys = 0, TF's SqrtGrad / RsqrtGrad give 0 at x = 0 and x < 0 (TF [0, 0, 0]); "
-        "irgrad gives NaN ([nan, nan, 0] for both)",
-    "nan_in_maximum_minimum_relu":
-        "relu at a NaN input: TF's ReluGrad is dy * (x > 0) = 0; irgrad's relu is maximum(0, x), "
-        "whose gradient mask sends dy to x at NaN: 1 (maximum/minimum themselves agree)",
     "softmax_cross_entropy_grad_of_grad_wrt_labels":
         "TF's SoftmaxCrossEntropyWithLogits gradient has no labels term for the second-order path: "
         "d/d labels of sum((d ce/d logits)^2) is [0, 0, 0] in TF; irgrad gives the true derivative "
         "-2 (softmax - labels) = [1.216, 2.688, -0.405]",
-    "one_hot_gradient_wrt_on_off_values":
-        "TF's OneHot is NotDifferentiable: gradients w.r.t. on_value / off_value are None (zeros with "
-        "'zero'); irgrad differentiates the select: 1.680 and 3.206",
     "gather_out_of_range_index":
         "TF (CPU) raises InvalidArgumentError 'indices[1] = 4 is not in [0, 4)'; irgrad clamps "
         "like StableHLO's gather (4 -> row 3, -1 -> row 0) and returns a value",
@@ -100,9 +87,6 @@ DIFFERS: dict[str, str] = {
     "while_trip_count_from_int_argument":
         "a counted loop whose bound is an int32 argument: TF gives [3.1875, 33.0]; irgrad raises "
         "DynamicTripCountError",
-    "tape_gradient_of_target_wrt_itself":
-        "tape.gradient(y, y) for an intermediate y recorded on the tape: TF returns ones ([1, 1]); "
-        "irgrad returns None (tape.gradient(x, x) for a watched x agrees: ones)",
 }
 
 

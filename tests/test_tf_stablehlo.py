@@ -32,19 +32,13 @@ _MHLO_ERF = ("TF's export prints XLA's erf as `mhlo.erf` (no StableHLO op; chlo.
              "spelling); IREE 3.13's MLIR context has no mhlo dialect, so the module does not parse: "
              "\"Dialect `mhlo' not found for custom op 'mhlo.erf'\"")
 KNOWN: dict[str, str] = {
-    "erf_gelu": _MHLO_ERF,
-    "top_k": "no adjoint rule for stablehlo.set_dimension_size (TF's TopKV2 lowering: sort, slice, then "
-             "set_dimension_size with a constant equal to the static size)",
-    "while_rnn": "DynamicTripCountError: the trip count is static (counter 0, +1, < 4) but TF's while cond "
-                 "region is `func.call @while_cond_...` to a private function (compare, then a reshape of "
-                 "the i1), which the trip-count analysis does not look into",
     "batchnorm_inference_stats_args":
         "DIFFERS FROM TF (convention): TF's FusedBatchNorm gradient with is_training=False returns None for "
         "mean and variance (they are treated as constants); irgrad's batch_norm_inference adjoint gives the "
         "true derivative (x, scale, offset agree)",
 }
 # fixture -> why even the exported forward does not compile/run through irgrad.
-KNOWN_FORWARD: dict[str, str] = {"erf_gelu": _MHLO_ERF}
+KNOWN_FORWARD: dict[str, str] = {}
 
 
 def _text(name: str) -> str:

@@ -313,7 +313,11 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
                           hlo.broadcast_in_dim(idx.value, out, kept), "EQ")
         return hlo.select(hot, hlo.broadcast_in_dim(on.value, out, []), hlo.broadcast_in_dim(off.value, out, []))
 
-    return emit(name or "one_hot", build)
+    result = emit(name or "one_hot", build)
+    # TensorFlow's OneHot is not differentiable: on_value / off_value get no gradient.
+    from ..gradients import NO_GRADIENT
+    result.graph.set_gradient(result, NO_GRADIENT)
+    return result
 
 
 # ----- gradient markers -----

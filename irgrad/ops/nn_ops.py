@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..framework import Tensor
+from ..gradients import RELU_GRADIENT
 from ..passes import hlo
 from ..passes.mlir import tensor_type
 from .array_ops import stop_gradient
@@ -16,10 +17,11 @@ from .reduce_ops import reduce_max, reduce_sum
 # ----- activations --------------------------------------------------------------------------
 
 def relu(features, name=None) -> Tensor:
-    """max(0, x); the gradient at 0 is 0, as TensorFlow's."""
+    """max(0, x) with TensorFlow's gradient dy * (x > 0): 0 at 0 and at NaN."""
     x = convert_to_tensor(features)
-    # maximum gives ties to its first operand: the constant, so d relu/dx (0) = 0.
-    return maximum(convert_to_tensor(0, x.dtype), x, name=name or "Relu")
+    y = maximum(convert_to_tensor(0, x.dtype), x, name=name or "Relu")
+    x.graph.set_gradient(y, RELU_GRADIENT)
+    return y
 
 
 _SOFTPLUS_THRESHOLD = {"float64": 40.0, "float32": 20.0}
