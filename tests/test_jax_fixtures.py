@@ -14,81 +14,38 @@ The two negative fixtures must be rejected with a clear error and no output:
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import irgrad as ig
 from irgrad import passes
 from irgrad.passes.control_flow import DynamicTripCountError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "jax"
+from foreign import Fixtures
+
+JAX = Fixtures(Path(__file__).parent / "fixtures" / "jax")
 NEGATIVE = {"while_data_dependent", "custom_call"}
-POSITIVE = sorted(p.stem for p in FIXTURES.glob("*.mlir") if p.stem not in NEGATIVE)
-RTOL, ATOL = 1e-4, 1e-5
-
-
-def _text(name: str) -> str:
-    return (FIXTURES / f"{name}.mlir").read_text()
-
-
-@functools.lru_cache(maxsize=None)
-def _data(name: str) -> dict[str, np.ndarray]:
-    with np.load(FIXTURES / f"{name}.npz") as z:
-        return {k: z[k] for k in z.files}
-
-
-def _numbered(data: dict, prefix: str) -> list[np.ndarray]:
-    out, i = [], 0
-    while f"{prefix}{i}" in data:
-        out.append(data[f"{prefix}{i}"])
-        i += 1
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(name: str):
-    """@main, @main_grad and @main_vjp in one module, compiled once per fixture."""
-    text = passes.differentiate(_text(name), "main", grad=True, vjp=True)
-    return ig.compile(text).load()
+POSITIVE = [n for n in JAX.names if n not in NEGATIVE]
+_text = JAX.text
 
 
 def test_every_fixture_is_listed():
-    assert len(POSITIVE) == 28 and all((FIXTURES / f"{n}.npz").exists() for n in POSITIVE)
+    assert len(POSITIVE) == 28 and all((JAX.directory / f"{n}.npz").exists() for n in POSITIVE)
 
 
 @pytest.mark.parametrize("name", POSITIVE)
 def test_forward_matches_jax(name):
-    data = _data(name)
-    outs = _compiled(name)["main"].call_flat(*_numbered(data, "arg"))
-    for got, want in zip(outs, _numbered(data, "out"), strict=True):
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    JAX.check_forward(name, JAX.compiled(name))
 
 
 @pytest.mark.parametrize("name", POSITIVE)
 def test_grad_matches_jax(name):
-    data = _data(name)
-    grads = _compiled(name)["main_grad"].call_flat(*_numbered(data, "arg"))
-    want = _numbered(data, "grad")
-    assert len(grads) == len(want) == len(data["wrt"])
-    for k, (got, ref) in enumerate(zip(grads, want)):
-        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=f"{name}: d arg{data['wrt'][k]}")
+    JAX.check_grad(name)
 
 
 @pytest.mark.parametrize("name", POSITIVE)
 def test_vjp_matches_jax(name):
-    data = _data(name)
-    args, outs = _numbered(data, "arg"), _numbered(data, "out")
-    given = dict(zip(data["float_outs"].tolist(), _numbered(data, "cotangent")))
-    # @main_vjp takes one cotangent per result; those of integer results are ignored.
-    cts = [given.get(i, np.zeros_like(o)) for i, o in enumerate(outs)]
-    vjps = _compiled(name)["main_vjp"].call_flat(*args, *cts)
-    want = _numbered(data, "vjp")
-    assert len(vjps) == len(want)
-    for k, (got, ref) in enumerate(zip(vjps, want)):
-        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=f"{name}: vjp arg{data['wrt'][k]}")
+    JAX.check_vjp(name)
 
 
 def test_data_dependent_while_is_rejected_naming_the_loop():

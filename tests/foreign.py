@@ -1,0 +1,78 @@
+"""Fixtures exported by other frameworks (JAX, TensorFlow): one layout, one set of checks.
+
+``<name>.mlir`` is a module with a public ``@main``; ``<name>.npz`` holds its inputs
+``arg*``, outputs ``out*``, the framework's gradient of the sum of the float outputs
+``grad*`` (one per float argument, positions in ``wrt``) and, for random cotangents
+``cotangent*`` of the float outputs (positions in ``float_outs``), the VJPs ``vjp*``.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+import irgrad as ig
+from irgrad import passes
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def numbered(data: dict, prefix: str) -> list[np.ndarray]:
+    out, i = [], 0
+    while f"{prefix}{i}" in data:
+        out.append(data[f"{prefix}{i}"])
+        i += 1
+    return out
+
+
+class Fixtures:
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.names = sorted(p.stem for p in directory.glob("*.mlir"))
+
+    def text(self, name: str) -> str:
+        return (self.directory / f"{name}.mlir").read_text()
+
+    @functools.lru_cache(maxsize=None)
+    def data(self, name: str) -> dict[str, np.ndarray]:
+        with np.load(self.directory / f"{name}.npz") as z:
+            return {k: z[k] for k in z.files}
+
+    @functools.lru_cache(maxsize=None)
+    def compiled(self, name: str):
+        """@main, @main_grad and @main_vjp in one module, compiled once per fixture."""
+        return ig.compile(passes.differentiate(self.text(name), "main", grad=True, vjp=True)).load()
+
+    @functools.lru_cache(maxsize=None)
+    def forward_only(self, name: str):
+        return ig.compile(self.text(name)).load()
+
+    def check_forward(self, name: str, module) -> None:
+        data = self.data(name)
+        outs = module["main"].call_flat(*numbered(data, "arg"))
+        for got, want in zip(outs, numbered(data, "out"), strict=True):
+            if want.dtype.kind == "f":
+                np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+            else:
+                np.testing.assert_array_equal(got, want)
+
+    def check_grad(self, name: str) -> None:
+        data = self.data(name)
+        grads = self.compiled(name)["main_grad"].call_flat(*numbered(data, "arg"))
+        want = numbered(data, "grad")
+        assert len(grads) == len(want) == len(data["wrt"])
+        for k, (got, ref) in enumerate(zip(grads, want)):
+            np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=f"{name}: d arg{data['wrt'][k]}")
+
+    def check_vjp(self, name: str) -> None:
+        data = self.data(name)
+        args, outs = numbered(data, "arg"), numbered(data, "out")
+        given = dict(zip(data["float_outs"].tolist(), numbered(data, "cotangent")))
+        # @main_vjp takes one cotangent per result; those of integer results are ignored.
+        cts = [given.get(i, np.zeros_like(o)) for i, o in enumerate(outs)]
+        vjps = self.compiled(name)["main_vjp"].call_flat(*args, *cts)
+        want = numbered(data, "vjp")
+        assert len(vjps) == len(want)
+        for k, (got, ref) in enumerate(zip(vjps, want)):
+            np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=f"{name}: vjp arg{data['wrt'][k]}")
