@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import math
 
-from .hlo import add, divide, multiply, negate, splat, subtract, unary
+from .hlo import add, divide, like, multiply, negate, subtract, unary
 from .registry import adjoint, nondifferentiable
 
-
-def _const(value: float, like):
-    return splat(value, like.type)
 
 
 def _sqrt(x):
@@ -25,7 +22,7 @@ def _sqrt(x):
 def _square(op, cts):
     """dx = ct * 2x"""
     x = op.operands[0]
-    return (multiply(cts[0], multiply(_const(2, x), x)),)
+    return (multiply(cts[0], multiply(like(2, x), x)),)
 
 
 @adjoint("chlo.erfc")
@@ -33,7 +30,7 @@ def _erfc(op, cts):
     """dx = -ct * 2/sqrt(pi) * exp(-x^2)"""
     x = op.operands[0]
     bump = unary("stablehlo.exponential", negate(multiply(x, x)))
-    return (multiply(cts[0], multiply(_const(-2 / math.sqrt(math.pi), x), bump)),)
+    return (multiply(cts[0], multiply(like(-2 / math.sqrt(math.pi), x), bump)),)
 
 
 @adjoint("chlo.sinh")
@@ -52,42 +49,42 @@ def _cosh(op, cts):
 def _asin(op, cts):
     """dx = ct / sqrt(1 - x^2)"""
     x = op.operands[0]
-    return (divide(cts[0], _sqrt(subtract(_const(1, x), multiply(x, x)))),)
+    return (divide(cts[0], _sqrt(subtract(like(1, x), multiply(x, x)))),)
 
 
 @adjoint("chlo.acos")
 def _acos(op, cts):
     """dx = -ct / sqrt(1 - x^2)"""
     x = op.operands[0]
-    return (negate(divide(cts[0], _sqrt(subtract(_const(1, x), multiply(x, x))))),)
+    return (negate(divide(cts[0], _sqrt(subtract(like(1, x), multiply(x, x))))),)
 
 
 @adjoint("chlo.atan")
 def _atan(op, cts):
     """dx = ct / (1 + x^2)"""
     x = op.operands[0]
-    return (divide(cts[0], add(_const(1, x), multiply(x, x))),)
+    return (divide(cts[0], add(like(1, x), multiply(x, x))),)
 
 
 @adjoint("chlo.asinh")
 def _asinh(op, cts):
     """dx = ct / sqrt(x^2 + 1)"""
     x = op.operands[0]
-    return (divide(cts[0], _sqrt(add(multiply(x, x), _const(1, x)))),)
+    return (divide(cts[0], _sqrt(add(multiply(x, x), like(1, x)))),)
 
 
 @adjoint("chlo.acosh")
 def _acosh(op, cts):
     """dx = ct / sqrt(x^2 - 1)"""
     x = op.operands[0]
-    return (divide(cts[0], _sqrt(subtract(multiply(x, x), _const(1, x)))),)
+    return (divide(cts[0], _sqrt(subtract(multiply(x, x), like(1, x)))),)
 
 
 @adjoint("chlo.atanh")
 def _atanh(op, cts):
     """dx = ct / (1 - x^2)"""
     x = op.operands[0]
-    return (divide(cts[0], subtract(_const(1, x), multiply(x, x))),)
+    return (divide(cts[0], subtract(like(1, x), multiply(x, x))),)
 
 
 @adjoint("chlo.lgamma")
@@ -100,7 +97,7 @@ def _lgamma(op, cts):
 def _erf_inv(op, cts):
     """dx = ct * sqrt(pi)/2 * exp(y^2)"""
     y = op.results[0]
-    return (multiply(cts[0], multiply(_const(math.sqrt(math.pi) / 2, y),
+    return (multiply(cts[0], multiply(like(math.sqrt(math.pi) / 2, y),
                                       unary("stablehlo.exponential", multiply(y, y)))),)
 
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 import math
 
 from . import hlo
-from .hlo import add, divide, multiply, negate, splat, subtract
+from .hlo import add, divide, like, multiply, negate, subtract
 from .mlir import elem, ir, is_float, shape
 from .registry import adjoint, nondifferentiable
 
-
-def _const(value: float, like: ir.Value) -> ir.Value:
-    return splat(value, like.type)
 
 
 def _unbroadcast_scalar(g: ir.Value, operand: ir.Value) -> ir.Value:
@@ -70,11 +67,11 @@ def _power(op, cts):
     (ct,) = cts
     a, b = op.operands
     y = op.results[0]
-    da = multiply(ct, multiply(b, hlo.binary("stablehlo.power", a, subtract(b, _const(1, b)))))
+    da = multiply(ct, multiply(b, hlo.binary("stablehlo.power", a, subtract(b, like(1, b)))))
     if not is_float(b):
         return da, None
-    positive = hlo.compare(a, _const(0, a), "GT")
-    safe_log = hlo.select(positive, hlo.unary("stablehlo.log", a), _const(0, a))
+    positive = hlo.compare(a, like(0, a), "GT")
+    safe_log = hlo.select(positive, hlo.unary("stablehlo.log", a), like(0, a))
     return da, multiply(ct, multiply(safe_log, y))
 
 
@@ -84,7 +81,7 @@ def _max_min(op, cts):
     (ct,) = cts
     a, b = op.operands
     mask = hlo.compare(a, b, "GE" if op.name == "stablehlo.maximum" else "LE")
-    zero = _const(0, ct)
+    zero = like(0, ct)
     return hlo.select(mask, ct, zero), hlo.select(mask, zero, ct)
 
 
@@ -94,7 +91,7 @@ def _remainder(op, cts):
     (ct,) = cts
     a, b = op.operands
     q = divide(a, b)
-    trunc = hlo.select(hlo.compare(q, _const(0, q), "LT"),
+    trunc = hlo.select(hlo.compare(q, like(0, q), "LT"),
                        hlo.unary("stablehlo.ceil", q), hlo.unary("stablehlo.floor", q))
     return ct, negate(multiply(ct, trunc))
 
@@ -120,7 +117,7 @@ def _exp(op, cts):
 def _expm1(op, cts):
     """dx = ct * (y + 1)"""
     y = op.results[0]
-    return (multiply(cts[0], add(y, _const(1, y))),)
+    return (multiply(cts[0], add(y, like(1, y))),)
 
 
 @adjoint("stablehlo.log")
@@ -133,13 +130,13 @@ def _log(op, cts):
 def _log1p(op, cts):
     """dx = ct / (1 + x)"""
     x = op.operands[0]
-    return (divide(cts[0], add(x, _const(1, x))),)
+    return (divide(cts[0], add(x, like(1, x))),)
 
 
 def _zero_where_ct_is_zero(ct: ir.Value, d: ir.Value) -> ir.Value:
     """TensorFlow's Sqrt/Rsqrt gradients: a zero cotangent gives 0 even where the
     derivative is infinite (so where(x > 0, sqrt(x), 0) has no NaN gradient at x <= 0)."""
-    zero = _const(0, ct)
+    zero = like(0, ct)
     return hlo.select(hlo.compare(ct, zero, "EQ"), zero, d)
 
 
@@ -148,7 +145,7 @@ def _sqrt(op, cts):
     """dx = ct * 0.5 / y (0 where ct == 0)"""
     (ct,) = cts
     y = op.results[0]
-    return (_zero_where_ct_is_zero(ct, divide(multiply(ct, _const(0.5, y)), y)),)
+    return (_zero_where_ct_is_zero(ct, divide(multiply(ct, like(0.5, y)), y)),)
 
 
 @adjoint("stablehlo.rsqrt")
@@ -156,28 +153,28 @@ def _rsqrt(op, cts):
     """dx = ct * -0.5 * y^3 (0 where ct == 0)"""
     (ct,) = cts
     y = op.results[0]
-    return (_zero_where_ct_is_zero(ct, multiply(ct, multiply(_const(-0.5, y), multiply(y, multiply(y, y))))),)
+    return (_zero_where_ct_is_zero(ct, multiply(ct, multiply(like(-0.5, y), multiply(y, multiply(y, y))))),)
 
 
 @adjoint("stablehlo.cbrt")
 def _cbrt(op, cts):
     """dx = ct / (3 * y^2)"""
     y = op.results[0]
-    return (divide(cts[0], multiply(_const(3, y), multiply(y, y))),)
+    return (divide(cts[0], multiply(like(3, y), multiply(y, y))),)
 
 
 @adjoint("stablehlo.tanh")
 def _tanh(op, cts):
     """dx = ct * (1 - y * y)"""
     y = op.results[0]
-    return (multiply(cts[0], subtract(_const(1, y), multiply(y, y))),)
+    return (multiply(cts[0], subtract(like(1, y), multiply(y, y))),)
 
 
 @adjoint("stablehlo.logistic")
 def _logistic(op, cts):
     """dx = ct * y * (1 - y)"""
     y = op.results[0]
-    return (multiply(cts[0], multiply(y, subtract(_const(1, y), y))),)
+    return (multiply(cts[0], multiply(y, subtract(like(1, y), y))),)
 
 
 @adjoint("stablehlo.sine")
@@ -196,7 +193,7 @@ def _cos(op, cts):
 def _tan(op, cts):
     """dx = ct * (1 + y^2)"""
     y = op.results[0]
-    return (multiply(cts[0], add(_const(1, y), multiply(y, y))),)
+    return (multiply(cts[0], add(like(1, y), multiply(y, y))),)
 
 
 @adjoint("chlo.erf")
@@ -204,7 +201,7 @@ def _erf(op, cts):
     """dx = ct * 2/sqrt(pi) * exp(-x^2)"""
     x = op.operands[0]
     bump = hlo.unary("stablehlo.exponential", negate(multiply(x, x)))
-    return (multiply(cts[0], multiply(_const(2 / math.sqrt(math.pi), x), bump)),)
+    return (multiply(cts[0], multiply(like(2 / math.sqrt(math.pi), x), bump)),)
 
 
 @adjoint("stablehlo.abs")
@@ -212,15 +209,15 @@ def _abs(op, cts):
     """dx = ct * sign(x): ct where x > 0, -ct where x < 0, 0 at 0"""
     (ct,) = cts
     x = op.operands[0]
-    zero = _const(0, x)
+    zero = like(0, x)
     return (hlo.select(hlo.compare(x, zero, "GT"), ct,
-                       hlo.select(hlo.compare(x, zero, "LT"), negate(ct), _const(0, ct))),)
+                       hlo.select(hlo.compare(x, zero, "LT"), negate(ct), like(0, ct))),)
 
 
 @adjoint("stablehlo.sign")
 def _sign(op, cts):
     """dx = 0 (a zero tensor, as TensorFlow returns)"""
-    return (_const(0, op.operands[0]),)
+    return (like(0, op.operands[0]),)
 
 
 # ----- selection and conversion -----
@@ -230,7 +227,7 @@ def _select(op, cts):
     """d on_true = select(p, ct, 0), d on_false = select(p, 0, ct)"""
     (ct,) = cts
     pred = op.operands[0]
-    zero = _const(0, ct)
+    zero = like(0, ct)
     return None, hlo.select(pred, ct, zero), hlo.select(pred, zero, ct)
 
 
@@ -242,7 +239,7 @@ def _clamp(op, cts):
     full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
     below = hlo.compare(x, full(lo), "LT")
     above = hlo.compare(x, full(hi), "GT")
-    zero = _const(0, ct)
+    zero = like(0, ct)
     dx = hlo.select(below, zero, hlo.select(above, zero, ct))
     dlo = _unbroadcast_scalar(hlo.select(below, ct, zero), lo)
     dhi = _unbroadcast_scalar(hlo.select(above, ct, zero), hi)

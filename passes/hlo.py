@@ -74,6 +74,11 @@ def splat(value: float | int | bool, type_: ir.Type) -> Value:
     return _create("stablehlo.constant", [type_], [], {"value": dense}).result
 
 
+def like(value: float | int, v: Value) -> Value:
+    """A constant with ``v``'s type, every element ``value``."""
+    return splat(value, v.type)
+
+
 def zeros(type_: ir.Type) -> Value:
     return splat(0, type_)
 
