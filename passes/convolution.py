@@ -1,27 +1,35 @@
-"""Adjoint rules of ``stablehlo.convolution``: both operand adjoints are convolutions.
+"""Adjoint rules of ``stablehlo.convolution``, and its forward lowering for IREE.
 
-The formulas are JAX's ``_conv_general_dilated_transpose_lhs`` / ``_rhs``
-(jax/_src/lax/convolution.py), for any strides, padding, lhs/rhs dilation,
-feature_group_count, batch_group_count and dimension layout. A layout is
-written as JAX's spec: (batch, feature, *spatial) for the input and output,
-(output feature, input feature, *spatial) for the kernel.
+Which formulation is used is decided in ``choices.py``:
 
-* d lhs = conv(ct, kernel reversed in space, with in/out features swapped),
-  window strides = lhs_dilation, lhs_dilation = window strides,
-  padding = (span - lo - 1, ...) so that the result covers the input;
-* d rhs = conv(lhs, ct) with batch and feature roles swapped,
-  window strides = rhs_dilation, rhs_dilation = window strides.
+* as patches and ``dot_general`` (every convolution without input dilation or
+  batch groups): in the canonical layout (batch, *spatial, feature) and kernel
+  (*spatial, in, out), with ``P = patches(x)`` (taps before features) and ``G``
+  feature groups as a batch dimension of the products,
+  ``out = P · w``, ``d w = Pᵀ · ct``, ``d x = col2im(ct · wᵀ)`` (``patches.py``);
+* as convolutions, JAX's ``_conv_general_dilated_transpose_lhs`` / ``_rhs``
+  (jax/_src/lax/convolution.py), for any strides, padding, lhs/rhs dilation,
+  feature_group_count, batch_group_count and dimension layout:
+  d lhs = conv(ct, kernel reversed in space, with in/out features swapped),
+  window strides = lhs_dilation, lhs_dilation = window strides; d rhs =
+  conv(lhs, ct) with batch and feature roles swapped, window strides =
+  rhs_dilation, rhs_dilation = window strides. Feature groups move into the
+  kernel's input-feature dimension for d lhs and become batch groups for d rhs
+  (and vice versa).
 
-Feature groups move into the kernel's input-feature dimension for d lhs and
-become batch groups for d rhs (and vice versa). ``window_reversal`` is
-handled as a convolution with a reversed kernel.
+A layout is written as JAX's spec: (batch, feature, *spatial) for the input and
+output, (output feature, input feature, *spatial) for the kernel.
+``window_reversal`` is handled as a convolution with a reversed kernel.
 """
 from __future__ import annotations
 
+import math
 import re
 
 from . import hlo
-from .mlir import elem, ir, shape
+from .choices import conv_by_matmul
+from .mlir import elem, ir, shape, tensor_type
+from .patches import Windows, col2im, patches
 from .registry import adjoint
 
 Spec = tuple[int, ...]
@@ -83,6 +91,10 @@ class Conv:
     def spatial(self, v: ir.Value, spec: Spec) -> list[int]:
         return [shape(v)[d] for d in spec[2:]]
 
+    def by_matmul(self, lhs: ir.Value, rhs: ir.Value) -> bool:
+        taps = math.prod(self.spatial(rhs, self.spec[1]))
+        return conv_by_matmul(taps, self.lhs_dilation, self.batch_groups, elem(lhs) == elem(rhs))
+
 
 def _transpose_lhs(ct: ir.Value, lhs: ir.Value, rhs: ir.Value, c: Conv) -> ir.Value:
     lsp, rsp, osp = c.spec
@@ -115,12 +127,119 @@ def _transpose_rhs(ct: ir.Value, lhs: ir.Value, rhs: ir.Value, c: Conv) -> ir.Va
                            batch_group_count=c.groups, precision=c.precision, element=elem(rhs))
 
 
+# ----- patches and dot_general -------------------------------------------------------
+
+
+def _canonical(spec: Spec) -> list[int]:
+    """The permutation to (batch, *spatial, feature), or to (*spatial, in, out) for a kernel spec."""
+    return [spec[0], *spec[2:], spec[1]]
+
+
+def _kernel_canonical(spec: Spec) -> list[int]:
+    return [*spec[2:], spec[1], spec[0]]
+
+
+def _from_canonical(v: ir.Value, perm: list[int]) -> ir.Value:
+    return hlo.transpose(v, [perm.index(i) for i in range(len(perm))])
+
+
+class Matmul:
+    """A convolution as patches and dot_general, in the canonical layouts:
+    x ``[B, *S, C]``, w ``[*K, C/G, O]``, out ``[B, *Q, O]``; ``M = B · prod(Q)``."""
+
+    def __init__(self, c: Conv, lhs: ir.Value, rhs: ir.Value) -> None:
+        lsp, rsp, _ = c.spec
+        self.c = c
+        self.x_shape = [shape(lhs)[d] for d in _canonical(lsp)]
+        self.kernel = c.spatial(rhs, rsp)
+        self.groups = c.groups
+        self.cin, self.cout = self.x_shape[-1], shape(rhs)[rsp[0]]
+        n = len(self.kernel)
+        self.windows = Windows([1, *self.kernel, 1], [1, *c.strides, 1], [(0, 0), *c.padding, (0, 0)],
+                               [1, *c.rhs_dilation, 1])
+        self.out = self.windows.output(self.x_shape)[: n + 1]  # [B, *Q]
+        self.m, self.taps = math.prod(self.out), math.prod(self.kernel)
+
+    def patches(self, x: ir.Value) -> ir.Value:
+        """``[M, taps, G, C/G]`` (``[M, taps · C]`` without groups)."""
+        zero = hlo.zeros(tensor_type([], elem(x)))
+        p = patches(x, zero, self.windows, len(self.x_shape) - 1)
+        g = self.groups
+        return hlo.reshape(p, [self.m, self.taps * self.cin] if g == 1 else [self.m, self.taps, g, self.cin // g])
+
+    def kernel_matrix(self, w: ir.Value) -> ir.Value:
+        """``[taps, C/G, G, O/G]`` (``[taps · C, O]`` without groups)."""
+        g = self.groups
+        ci = self.cin // g
+        return hlo.reshape(w, [self.taps * ci, self.cout] if g == 1 else [self.taps, ci, g, self.cout // g])
+
+    def cotangent_matrix(self, ct: ir.Value) -> ir.Value:
+        """``[M, G, O/G]`` (``[M, O]`` without groups)."""
+        g = self.groups
+        return hlo.reshape(ct, [self.m, self.cout] if g == 1 else [self.m, g, self.cout // g])
+
+    def forward(self, x: ir.Value, w: ir.Value, element: ir.Type) -> ir.Value:
+        p, k = self.patches(x), self.kernel_matrix(w)
+        if self.groups == 1:
+            out = hlo.dot_general(p, k, [], [], [1], [0], element)
+        else:  # [G, M, O/G] -> [M, G, O/G]
+            out = hlo.transpose(hlo.dot_general(p, k, [2], [2], [1, 3], [0, 1], element), [1, 0, 2])
+        return hlo.reshape(out, [*self.out, self.cout])
+
+    def weight_gradient(self, x: ir.Value, ct: ir.Value, element: ir.Type) -> ir.Value:
+        p, dy = self.patches(x), self.cotangent_matrix(ct)
+        if self.groups == 1:
+            dw = hlo.dot_general(p, dy, [], [], [0], [0], element)
+        else:  # [G, taps, C/G, O/G] -> [taps, C/G, G, O/G]
+            dw = hlo.transpose(hlo.dot_general(p, dy, [2], [1], [0], [0], element), [1, 2, 0, 3])
+        return hlo.reshape(dw, [*self.kernel, self.cin // self.groups, self.cout])
+
+    def input_gradient(self, ct: ir.Value, w: ir.Value, element: ir.Type) -> ir.Value:
+        dy, k = self.cotangent_matrix(ct), self.kernel_matrix(w)
+        if self.groups == 1:
+            y = hlo.dot_general(dy, k, [], [], [1], [1], element)
+        else:  # [G, M, taps, C/G] -> [M, taps, G, C/G]
+            y = hlo.transpose(hlo.dot_general(dy, k, [1], [2], [2], [3], element), [1, 2, 0, 3])
+        y = hlo.reshape(y, [*self.out, self.taps, self.cin])
+        return col2im(y, self.x_shape, self.windows, len(self.x_shape) - 1)
+
+
+def _matmul_adjoint(ct: ir.Value, lhs: ir.Value, kernel: ir.Value, c: Conv) -> tuple[ir.Value, ir.Value]:
+    lsp, rsp, osp = c.spec
+    mm = Matmul(c, lhs, kernel)
+    x = hlo.transpose(lhs, _canonical(lsp))
+    w = hlo.transpose(kernel, _kernel_canonical(rsp))
+    dy = hlo.transpose(ct, _canonical(osp))
+    dx = _from_canonical(mm.input_gradient(dy, w, elem(lhs)), _canonical(lsp))
+    dw = _from_canonical(mm.weight_gradient(x, dy, elem(kernel)), _kernel_canonical(rsp))
+    return dx, dw
+
+
+def lower_convolution(op: ir.Operation) -> ir.Value | None:
+    """``op``'s result as patches and dot_general (built at the insertion point), or None
+    when ``choices.conv_by_matmul`` keeps the convolution."""
+    lhs, rhs = op.operands
+    c = Conv(op)
+    if not c.by_matmul(lhs, rhs):
+        return None
+    lsp, rsp, osp = c.spec
+    kernel = hlo.reverse(rhs, [rsp[2 + i] for i in c.reversed])
+    mm = Matmul(c, lhs, kernel)
+    out = mm.forward(hlo.transpose(lhs, _canonical(lsp)), hlo.transpose(kernel, _kernel_canonical(rsp)),
+                     elem(op.results[0]))
+    return _from_canonical(out, _canonical(osp))
+
+
 @adjoint("stablehlo.convolution")
 def _convolution(op, cts):
-    """d lhs = conv(ct, reversed kernel) (JAX's transpose_lhs); d rhs = conv(lhs, ct) (transpose_rhs)"""
+    """d lhs = col2im(ct · wᵀ), d rhs = patches(lhs)ᵀ · ct; or JAX's transposed convolutions"""
     (ct,) = cts
     lhs, rhs = op.operands
     c = Conv(op)
     flip = [c.spec[1][2 + i] for i in c.reversed]  # window_reversal: a conv with a reversed kernel
     kernel = hlo.reverse(rhs, flip)
-    return _transpose_lhs(ct, lhs, kernel, c), hlo.reverse(_transpose_rhs(ct, lhs, kernel, c), flip)
+    if c.by_matmul(lhs, rhs):
+        dx, dw = _matmul_adjoint(ct, lhs, kernel, c)
+    else:
+        dx, dw = _transpose_lhs(ct, lhs, kernel, c), _transpose_rhs(ct, lhs, kernel, c)
+    return dx, hlo.reverse(dw, flip)

@@ -5,22 +5,30 @@
   ``0^0``. StableHLO (like C's ``pow``) defines both. The rewrite computes
   ``|x|^y`` and fixes the sign for odd integral exponents, NaN for a negative
   base with a non-integral exponent, and 1 for a zero exponent.
+
+And one rewrite for speed: ``stablehlo.convolution`` becomes window patches and a
+``dot_general`` where ``choices.conv_by_matmul`` says so (IREE 3.13 runs its
+convolution loops 10–30× slower than the same work as a matmul; see
+``choices.py``). The adjoint rules already emit that form; this covers forward
+convolutions, the user's and those copied into gradient functions.
 """
 from __future__ import annotations
 
 from . import hlo
+from .convolution import lower_convolution
 from .mlir import ir, is_float, parse_module, respell_foreign
 
 
-def _powers(op: ir.Operation, out: list[ir.Operation]) -> None:
+def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 inner = inner.operation
-                if inner.name == "stablehlo.power" and is_float(inner.results[0]):
+                if inner.name == "stablehlo.power" and is_float(inner.results[0]) \
+                        or inner.name == "stablehlo.convolution":
                     out.append(inner)
                 if len(inner.regions):
-                    _powers(inner, out)
+                    _candidates(inner, out)
 
 
 def _safe_power(x: ir.Value, y: ir.Value) -> ir.Value:
@@ -38,19 +46,25 @@ def _safe_power(x: ir.Value, y: ir.Value) -> ir.Value:
 def legalize_for_iree(module: ir.Module) -> int:
     """Rewrite ``module`` in place; returns the number of ops rewritten."""
     found: list[ir.Operation] = []
-    _powers(module.operation, found)
+    _candidates(module.operation, found)
+    done = 0
     for op in found:
         with ir.InsertionPoint(op), op.location:
-            replacement = _safe_power(op.operands[0], op.operands[1])
-        op.results[0].replace_all_uses_with(replacement)
-        op.erase()
-    return len(found)
+            if op.name == "stablehlo.power":
+                replacement = _safe_power(op.operands[0], op.operands[1])
+            else:
+                replacement = lower_convolution(op)
+        if replacement is not None:
+            op.results[0].replace_all_uses_with(replacement)
+            op.erase()
+            done += 1
+    return done
 
 
 def legalize_text(text: str) -> str:
     """``legalize_for_iree`` on module text (returned unchanged when nothing applies)."""
     text = respell_foreign(text)
-    if "stablehlo.power" not in text:
+    if "stablehlo.power" not in text and "stablehlo.convolution" not in text:
         return text
     module = parse_module(text)
     if not legalize_for_iree(module):

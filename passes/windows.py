@@ -7,10 +7,13 @@ Notation: the operand padded and dilated as the op does it is ``xp``; window
   ``ct`` dilated by the strides and padded by the window span; then the
   padding is cut off and the base dilation undone (a strided slice).
 * max / min: one winner per window, the first in row-major order among ties
-  (TensorFlow's and XLA's select_and_scatter convention). A variadic
-  reduce_window carries the flat index of the winner next to the value;
-  ``ct`` is scatter-added at those indices. This works for overlapping
-  windows, where IREE 3.13 cannot compile ``select_and_scatter``.
+  (TensorFlow's and XLA's select_and_scatter convention). Where
+  ``choices.pool_by_patches`` allows, the winner is found among the window's
+  patches (the first offset equal to the result) and ``ct`` goes back through
+  ``col2im`` (``patches.py``); otherwise a variadic reduce_window carries the
+  flat index of the winner next to the value and ``ct`` is scatter-added at
+  those indices. Both work for overlapping windows, where IREE 3.13 cannot
+  compile ``select_and_scatter``.
 * mul: ``d x_i = sum over windows w containing i of ct_w * prod_{j in w, j != i} x_j``,
   exact with zeros: with ``P_w`` the product of the window's non-zero elements
   and ``z_w`` its number of zeros, ``d x = T(ct * P * [z == 0]) / x`` where
@@ -21,7 +24,9 @@ The init value must be a constant (it is the identity in JAX's modules).
 from __future__ import annotations
 
 from . import hlo
+from .choices import pool_by_patches
 from .mlir import elem, ir, shape, tensor_type
+from .patches import Windows, col2im, patches, unpad
 from .reductions import reduce_kind
 from .registry import adjoint, missing
 
@@ -56,13 +61,8 @@ def transposed_window_sum(ct: ir.Value, x_shape, w: Window) -> ir.Value:
     high = [p - (o - 1) * s - 1 for p, o, s in zip(xp, shape(ct), w.strides)]
     spread = hlo.pad(ct, zero, [s - 1 for s in span], high, [s - 1 for s in w.strides])
     dxp = hlo.reduce_window(spread, zero, "add", w.dims, [1] * rank, [(0, 0)] * rank, [1] * rank, w.dilation)
-    # Undo the forward pad(x, lo, hi, interior = base - 1): grow where it cropped, then slice.
-    if any(lo < 0 or hi < 0 for lo, hi in w.padding):
-        dxp = hlo.pad(dxp, zero, [max(0, -lo) for lo, _ in w.padding], [max(0, -hi) for _, hi in w.padding],
-                      [0] * rank)
-    lo = [max(0, p[0]) for p in w.padding]
-    limit = [d - max(0, p[1]) for d, p in zip(shape(dxp), w.padding)]
-    return hlo.slice(dxp, lo, limit, w.base)
+    # Undo the forward pad(x, lo, hi, interior = base - 1).
+    return unpad(dxp, w.padding, w.base)
 
 
 def _size(v: ir.Value) -> int:
@@ -82,6 +82,20 @@ def _argwindow(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Window) 
                        hlo.reshape(ct, [_size(ct)]),
                        {"inserted_window_dims": [0], "scatter_dims_to_operand_dims": [0], "index_vector_dim": 1})
     return hlo.reshape(hlo.slice(flat, [0], [n], [1]), shape(x))
+
+
+def _patch_winner(x: ir.Value, init: ir.Value, y: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
+    """ct to the first offset of each window whose patch equals the window's result ``y``."""
+    rank = len(shape(x))
+    geometry = Windows(w.dims, w.strides, w.padding, w.dilation)
+    p = patches(x, hlo.reshape(init, []), geometry, rank)  # [out..., taps]
+    ps, taps, i32 = list(shape(p)), geometry.taps, ir.IntegerType.get_signless(32)
+    offset = hlo.iota(ps, i32, rank)
+    hit = hlo.compare(p, hlo.broadcast_in_dim(y, ps, list(range(rank))), "EQ")
+    first = hlo.reduce(hlo.select(hit, offset, hlo.splat(taps, offset.type)), [rank], "min")
+    winner = hlo.compare(offset, hlo.broadcast_in_dim(first, ps, list(range(rank))), "EQ")
+    spread = hlo.select(winner, hlo.broadcast_in_dim(ct, ps, list(range(rank))), hlo.zeros(p.type))
+    return col2im(spread, shape(x), geometry, rank)
 
 
 def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
@@ -119,4 +133,6 @@ def _reduce_window(op, cts):
         return transposed_window_sum(ct, shape(x), w), None
     if kind == "mul":
         return _window_product(x, ct, w), None
+    if pool_by_patches(w.dims, w.base):
+        return _patch_winner(x, init, op.results[0], ct, w), None
     return _argwindow(x, init, ct, kind, w), None

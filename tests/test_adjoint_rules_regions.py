@@ -89,6 +89,17 @@ CONV_CASES = {
                                            stride=[2], pad=[[1, 2]], rhs_dil=[2], reverse=[True]),
     "conv3d_grouped": conv_case([1, 4, 4, 4, 4], [2, 2, 2, 2, 4], dn="[b, 0, 1, 2, f]x[0, 1, 2, i, o]->[b, 0, 1, 2, f]",
                                 stride=[1, 2, 1], groups=2),
+    # The formulations of choices.py: stride = kernel (a patch embedding: col2im is one block),
+    # NCHW with stride 2 (torch), a depthwise multiplier, a kernel past MAX_CONV_TAPS (kept
+    # as a convolution), a 1-D kernel with stride and dilation (col2im per offset).
+    "patch_embedding_nchw": conv_case([2, 3, 8, 8], [5, 3, 4, 4], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+                                      stride=[4, 4]),
+    "nchw_3x3_stride2_same": conv_case([2, 3, 7, 7], [4, 3, 3, 3], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+                                       stride=[2, 2], pad=[[1, 1], [1, 1]]),
+    "depthwise_multiplier": conv_case([2, 5, 5, 3], [3, 3, 1, 6], stride=[2, 1], pad=[[1, 1], [1, 1]], groups=3),
+    "kernel_past_matmul_limit": conv_case([1, 130, 2], [128, 2, 3], dn="[b, 0, f]x[0, i, o]->[b, 0, f]"),
+    "conv1d_strided_dilated": conv_case([2, 11, 3], [3, 3, 2], dn="[b, 0, f]x[0, i, o]->[b, 0, f]",
+                                        stride=[2], pad=[[2, 1]], rhs_dil=[2]),
 }
 
 
@@ -137,6 +148,8 @@ WINDOW_CASES = {
     "max_stride1_padded": window_case("max", [5, 6], [3, 3], pad=[[1, 1], [1, 1]]),
     "max_cummax": window_case("max", [3, 5], [1, 5], pad=[[0, 0], [4, 0]]),
     "max_dilations": window_case("max", [7, 6], [2, 3], [2, 1], [[1, 2], [0, 1]], base=[1, 2], dilation=[2, 1]),
+    "max_window_dilation": window_case("max", [7, 6], [2, 3], [2, 1], [[1, 2], [0, 1]], dilation=[2, 1]),
+    "max_long_window": window_case("max", [2, 70], [1, 70], pad=[[0, 0], [69, 0]]),  # past MAX_POOL_TAPS
     "min_overlapping": window_case("min", [6, 6], [3, 2], [2, 1], [[1, 1], [0, 0]]),
     "mul_cumprod": window_case("mul", [3, 5], [1, 5], pad=[[0, 0], [4, 0]]),
     "mul_overlapping_with_zeros": window_case(

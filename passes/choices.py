@@ -1,0 +1,41 @@
+"""Which formulation of an op (or of its adjoint) irgrad emits for IREE: the one place
+where a choice depends on shapes. Every choice is measured (benchmarks/, per-dispatch
+profiles with benchmarks/profile.py) and every branch is covered by the numeric checker.
+
+Convolutions (IREE 3.13, llvm-cpu, measured on a 2-core x86 with AVX2): IREE lowers
+``stablehlo.convolution`` to a convolution loop nest at 2–4 GFLOP/s, whatever the
+layout; a ``dot_general`` of the same work runs at 40–80 GFLOP/s. The weight
+gradient written as the textbook convolution (batch and features swapped, the
+cotangent as the window) and the strided input gradient (a convolution over a
+cotangent with inserted zeros) are the worst cases. So a convolution, forward and
+both adjoints, is written as window patches (a pad and one strided slice per
+window offset) and a ``dot_general``: forward ``patches(x) · w``, weight gradient
+``patches(x)ᵀ · ct``, input gradient ``col2im(ct · wᵀ)``. No multiply touches an
+inserted zero, and feature groups (depthwise included) are a batch dimension of the
+``dot_general``. The patches cost ``taps / stride²`` times the input's memory, so
+the choice is bounded by ``MAX_CONV_TAPS``; convolutions with an input dilation
+(transposed convolutions) or batch groups keep the convolution form.
+
+Pooling (``reduce_window`` max/min): the winner of each window is found among its
+patches (first in row-major order, as TensorFlow's select_and_scatter), and the
+cotangent goes back through ``col2im``: elementwise work IREE fuses, instead of a
+variadic ``reduce_window`` and a serial scatter. Bounded by ``MAX_POOL_TAPS``
+(cumulative maxima use windows as long as the axis: those keep the scatter).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
+MAX_POOL_TAPS = 64
+
+
+def conv_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool) -> bool:
+    """A convolution (or its adjoint) as patches and ``dot_general``."""
+    return same_element and taps <= MAX_CONV_TAPS and all(d == 1 for d in lhs_dilation) and batch_groups == 1
+
+
+def pool_by_patches(window: Sequence[int], base_dilation: Sequence[int]) -> bool:
+    """A max/min ``reduce_window`` adjoint through patches and ``col2im``."""
+    return math.prod(window) <= MAX_POOL_TAPS and all(b == 1 for b in base_dilation)
