@@ -31,9 +31,16 @@ MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
 MAX_POOL_TAPS = 64
 
 
-def conv_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool) -> bool:
-    """A convolution (or its adjoint) as patches and ``dot_general``."""
+def conv_adjoint_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool) -> bool:
+    """A convolution's adjoints as patches and ``dot_general`` (depthwise: multiply and reduce)."""
     return same_element and taps <= MAX_CONV_TAPS and all(d == 1 for d in lhs_dilation) and batch_groups == 1
+
+
+def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool,
+                           depthwise: bool) -> bool:
+    """A forward convolution as patches and ``dot_general``. Depthwise convolutions stay
+    convolutions: IREE recognises them and runs them 2× faster than any rewrite measured."""
+    return not depthwise and conv_adjoint_by_matmul(taps, lhs_dilation, batch_groups, same_element)
 
 
 def pool_by_patches(window: Sequence[int], base_dilation: Sequence[int]) -> bool:

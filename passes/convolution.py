@@ -27,7 +27,7 @@ import math
 import re
 
 from . import hlo
-from .choices import conv_by_matmul
+from .choices import conv_adjoint_by_matmul, conv_forward_by_matmul
 from .mlir import elem, ir, shape, tensor_type
 from .patches import Windows, col2im, patches
 from .registry import adjoint
@@ -91,9 +91,14 @@ class Conv:
     def spatial(self, v: ir.Value, spec: Spec) -> list[int]:
         return [shape(v)[d] for d in spec[2:]]
 
-    def by_matmul(self, lhs: ir.Value, rhs: ir.Value) -> bool:
+    def by_matmul(self, lhs: ir.Value, rhs: ir.Value, forward: bool = False) -> bool:
+        """``choices.conv_*_by_matmul`` for this convolution."""
         taps = math.prod(self.spatial(rhs, self.spec[1]))
-        return conv_by_matmul(taps, self.lhs_dilation, self.batch_groups, elem(lhs) == elem(rhs))
+        args = (taps, self.lhs_dilation, self.batch_groups, elem(lhs) == elem(rhs))
+        if forward:
+            depthwise = self.groups > 1 and shape(lhs)[self.spec[0][1]] == self.groups
+            return conv_forward_by_matmul(*args, depthwise)
+        return conv_adjoint_by_matmul(*args)
 
 
 def _transpose_lhs(ct: ir.Value, lhs: ir.Value, rhs: ir.Value, c: Conv) -> ir.Value:
@@ -178,9 +183,29 @@ class Matmul:
         g = self.groups
         return hlo.reshape(ct, [self.m, self.cout] if g == 1 else [self.m, g, self.cout // g])
 
+    def _product(self, a: ir.Value, a_dims: str, b: ir.Value, b_dims: str, out: str,
+                 element: ir.Type) -> ir.Value:
+        """Depthwise (one input feature per group): ``a · b`` over the letters of
+        ``m t g o`` missing from ``out``, as a broadcast multiply and a reduce (a
+        ``dot_general`` with a contraction of size 1 per group runs far slower in IREE)."""
+        full = "mtgo"
+        sizes = dict(zip(full, [self.m, self.taps, self.groups, self.cout // self.groups]))
+        target = [sizes[d] for d in full]
+        a = hlo.broadcast_in_dim(hlo.convert(a, element), target, [full.index(d) for d in a_dims])
+        b = hlo.broadcast_in_dim(hlo.convert(b, element), target, [full.index(d) for d in b_dims])
+        return hlo.reduce_sum(hlo.multiply(a, b), [i for i, d in enumerate(full) if d not in out])
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.cin == self.groups
+
     def forward(self, x: ir.Value, w: ir.Value, element: ir.Type) -> ir.Value:
         p, k = self.patches(x), self.kernel_matrix(w)
-        if self.groups == 1:
+        if self.depthwise:
+            out = self._product(hlo.reshape(p, [self.m, self.taps, self.groups]), "mtg",
+                                hlo.reshape(k, [self.taps, self.groups, self.cout // self.groups]), "tgo",
+                                "mgo", element)
+        elif self.groups == 1:
             out = hlo.dot_general(p, k, [], [], [1], [0], element)
         else:  # [G, M, O/G] -> [M, G, O/G]
             out = hlo.transpose(hlo.dot_general(p, k, [2], [2], [1, 3], [0, 1], element), [1, 0, 2])
@@ -188,7 +213,9 @@ class Matmul:
 
     def weight_gradient(self, x: ir.Value, ct: ir.Value, element: ir.Type) -> ir.Value:
         p, dy = self.patches(x), self.cotangent_matrix(ct)
-        if self.groups == 1:
+        if self.depthwise:
+            dw = self._product(hlo.reshape(p, [self.m, self.taps, self.groups]), "mtg", dy, "mgo", "tgo", element)
+        elif self.groups == 1:
             dw = hlo.dot_general(p, dy, [], [], [0], [0], element)
         else:  # [G, taps, C/G, O/G] -> [taps, C/G, G, O/G]
             dw = hlo.transpose(hlo.dot_general(p, dy, [2], [1], [0], [0], element), [1, 2, 0, 3])
@@ -196,7 +223,10 @@ class Matmul:
 
     def input_gradient(self, ct: ir.Value, w: ir.Value, element: ir.Type) -> ir.Value:
         dy, k = self.cotangent_matrix(ct), self.kernel_matrix(w)
-        if self.groups == 1:
+        if self.depthwise:
+            y = self._product(dy, "mgo", hlo.reshape(k, [self.taps, self.groups, self.cout // self.groups]), "tgo",
+                              "mtg", element)
+        elif self.groups == 1:
             y = hlo.dot_general(dy, k, [], [], [1], [1], element)
         else:  # [G, M, taps, C/G] -> [M, taps, G, C/G]
             y = hlo.transpose(hlo.dot_general(dy, k, [1], [2], [2], [3], element), [1, 2, 0, 3])
@@ -217,10 +247,10 @@ def _matmul_adjoint(ct: ir.Value, lhs: ir.Value, kernel: ir.Value, c: Conv) -> t
 
 def lower_convolution(op: ir.Operation) -> ir.Value | None:
     """``op``'s result as patches and dot_general (built at the insertion point), or None
-    when ``choices.conv_by_matmul`` keeps the convolution."""
+    when ``choices.conv_forward_by_matmul`` keeps the convolution."""
     lhs, rhs = op.operands
     c = Conv(op)
-    if not c.by_matmul(lhs, rhs):
+    if not c.by_matmul(lhs, rhs, forward=True):
         return None
     lsp, rsp, osp = c.spec
     kernel = hlo.reverse(rhs, [rsp[2 + i] for i in c.reversed])

@@ -7,7 +7,7 @@
   base with a non-integral exponent, and 1 for a zero exponent.
 
 And one rewrite for speed: ``stablehlo.convolution`` becomes window patches and a
-``dot_general`` where ``choices.conv_by_matmul`` says so (IREE 3.13 runs its
+``dot_general`` where ``choices.conv_forward_by_matmul`` says so (IREE 3.13 runs its
 convolution loops 10–30× slower than the same work as a matmul; see
 ``choices.py``). The adjoint rules already emit that form; this covers forward
 convolutions, the user's and those copied into gradient functions.
