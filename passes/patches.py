@@ -86,25 +86,30 @@ def col2im(y: ir.Value, x_shape: Sequence[int], w: Windows, axis: int) -> ir.Val
     """The adjoint of ``patches``: an ``x_shape`` tensor (the padding's share dropped)."""
     rank = len(x_shape)
     ys = list(shape(y))
-    out, taps = ys[:axis] + ys[axis + 1:], w.window
+    out = ys[:axis] + ys[axis + 1:]
+    # Name every axis: ("o", i) an output position, ("k", i) a window offset along axis i.
+    labels = [("o", i) for i in range(axis)] + [("k", i) for i in range(rank)] + \
+             [("o", i) for i in range(axis, rank)]
+    y = hlo.reshape(y, out[:axis] + list(w.window) + out[axis:])
     zero = hlo.zeros(tensor_type([], elem(y)))
-    xp = w.padded(x_shape)
-    # y with its taps axis unflattened and moved last: [out..., k_0, ..., k_{rank-1}]
-    perm = [i for i in range(rank + 1) if i != axis] + [axis]
-    y = hlo.reshape(hlo.transpose(y, perm), out + taps)
-    if any(d != 1 for d, k in zip(w.dilation, taps) if k > 1):
-        total = _per_offset(y, out, xp, w, zero)
+    if any(d != 1 for d, k in zip(w.dilation, w.window) if k > 1):
+        total = _per_offset(y, labels, out, w, w.padded(x_shape), zero)
     else:
-        total = _by_phase(y, out, xp, w, zero)
+        total = _by_phase(y, labels, out, w, w.padded(x_shape), zero)
     return unpad(total, w.padding)
 
 
-def _per_offset(y: ir.Value, out: list[int], xp: list[int], w: Windows, zero: ir.Value) -> ir.Value:
+def _per_offset(y: ir.Value, labels: list, out: list[int], w: Windows, xp: list[int], zero: ir.Value) -> ir.Value:
     """One interior-padded term per window offset (any dilation)."""
     rank, total = len(out), None
+    ys = shape(y)
+    order = [labels.index(("o", i)) for i in range(rank)]
     for k in w.offsets():
-        start = [0] * rank + list(k)
-        term = hlo.reshape(hlo.slice(y, start, out + [ki + 1 for ki in k], [1] * (2 * rank)), out)
+        start = [k[i] if kind == "k" else 0 for kind, i in labels]
+        limit = [k[i] + 1 if kind == "k" else d for (kind, i), d in zip(labels, ys)]
+        term = hlo.transpose(hlo.slice(y, start, limit, [1] * len(ys)), order + [a for a in range(len(ys))
+                                                                                  if a not in order])
+        term = hlo.reshape(term, out)
         low = [ki * d for ki, d in zip(k, w.dilation)]
         high = [p - lo - ((o - 1) * s + 1 if o else 0) for p, lo, o, s in zip(xp, low, out, w.strides)]
         term = hlo.pad(term, zero, low, high, [s - 1 for s in w.strides])
@@ -112,24 +117,34 @@ def _per_offset(y: ir.Value, out: list[int], xp: list[int], w: Windows, zero: ir
     return total
 
 
-def _by_phase(y: ir.Value, out: list[int], xp: list[int], w: Windows, zero: ir.Value) -> ir.Value:
+def _by_phase(y: ir.Value, labels: list, out: list[int], w: Windows, xp: list[int], zero: ir.Value) -> ir.Value:
     """Offsets ``q * s + r`` sharing ``q`` form one block of stride-interleaved outputs."""
     rank = len(out)
     blocks = [-(-k // s) for k, s in zip(w.window, w.strides)]  # q ranges
-    # pad every taps axis to blocks * stride, then split it into (q, r)
-    y = hlo.pad(y, zero, [0] * (2 * rank), [0] * rank + [q * s - k for q, s, k in zip(blocks, w.strides, w.window)],
-                [0] * (2 * rank))
-    split = out + [d for q, s in zip(blocks, w.strides) for d in (q, s)]
-    y = hlo.reshape(y, split)
-    # [out..., (q_i, r_i)...] -> [q..., (o_i, r_i)...]
-    q_axes = [rank + 2 * i for i in range(rank)]
-    interleaved = [a for i in range(rank) for a in (i, rank + 2 * i + 1)]
-    y = hlo.transpose(y, q_axes + interleaved)
+    # Pad every offset axis to blocks * stride, then split it into (q, r).
+    grow = [blocks[i] * w.strides[i] - w.window[i] if kind == "k" else 0 for kind, i in labels]
+    y = hlo.pad(y, zero, [0] * len(labels), grow, [0] * len(labels))
+    split, split_labels = [], []
+    for (kind, i), d in zip(labels, shape(y)):
+        if kind == "k":
+            split += [blocks[i], w.strides[i]]
+            split_labels += [("q", i), ("r", i)]
+        else:
+            split.append(d)
+            split_labels.append((kind, i))
+    # One transpose puts each r_i after o_i (the q axes stay where the offsets were; with
+    # stride 1 the r axes have size 1 and it is a reshape); each q is then a slice and a reshape.
+    target = []
+    for kind, i in labels:
+        target += [("o", i), ("r", i)] if kind == "o" else [("q", i)]
+    y = hlo.transpose(hlo.reshape(y, split), [split_labels.index(t) for t in target])
+    sizes = shape(y)
     total = None
     for q in itertools.product(*[range(b) for b in blocks]):
-        size = [1] * rank + [d for o, s in zip(out, w.strides) for d in (o, s)]
-        block = hlo.slice(y, list(q) + [0] * (2 * rank), [qi + 1 for qi in q] + size[rank:], [1] * (3 * rank))
-        block = hlo.reshape(block, [o * s for o, s in zip(out, w.strides)])
+        start = [q[i] if kind == "q" else 0 for kind, i in target]
+        limit = [q[i] + 1 if kind == "q" else d for (kind, i), d in zip(target, sizes)]
+        block = hlo.reshape(hlo.slice(y, start, limit, [1] * len(target)),
+                            [o * s for o, s in zip(out, w.strides)])
         low = [qi * s for qi, s in zip(q, w.strides)]
         high = [p - lo - o * s for p, lo, o, s in zip(xp, low, out, w.strides)]
         term = hlo.pad(block, zero, low, high, [0] * rank)
