@@ -62,12 +62,30 @@ def patches(x: ir.Value, pad_value: ir.Value, w: Windows, axis: int) -> ir.Value
     rank, xs = len(shape(x)), shape(x)
     xp = hlo.pad(x, pad_value, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], [0] * rank)
     out = w.output(xs)
+    if all(k <= s and (d == 1 or k == 1) for k, s, d in zip(w.window, w.strides, w.dilation)):
+        return _disjoint_patches(xp, pad_value, out, w, axis)
     taps = []
     for k in w.offsets():
         start = [ki * d for ki, d in zip(k, w.dilation)]
         limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out, w.strides)]
         taps.append(_with_taps(hlo.slice(xp, start, limit, w.strides), axis))
     return taps[0] if len(taps) == 1 else hlo.concatenate(taps, axis)
+
+
+def _disjoint_patches(xp: ir.Value, pad_value: ir.Value, out: list[int], w: Windows, axis: int) -> ir.Value:
+    """Windows that do not overlap (window ≤ stride, a patch embedding or a 2×2 pool): a
+    reshape to (position, phase) pairs, a slice of each window and one transpose."""
+    rank = len(out)
+    full = [o * s for o, s in zip(out, w.strides)]
+    grow = [max(0, f - d) for f, d in zip(full, shape(xp))]
+    if any(grow):
+        xp = hlo.pad(xp, pad_value, [0] * rank, grow, [0] * rank)
+    xp = hlo.slice(xp, [0] * rank, full, [1] * rank)
+    blocks = hlo.reshape(xp, [d for o, s in zip(out, w.strides) for d in (o, s)])
+    blocks = hlo.slice(blocks, [0] * (2 * rank), [d for o, k in zip(out, w.window) for d in (o, k)],
+                       [1] * (2 * rank))
+    order = [2 * i for i in range(axis)] + [2 * i + 1 for i in range(rank)] + [2 * i for i in range(axis, rank)]
+    return hlo.reshape(hlo.transpose(blocks, order), out[:axis] + [w.taps] + out[axis:])
 
 
 def unpad(xp: ir.Value, padding: Sequence[tuple[int, int]], interior: Sequence[int] | None = None) -> ir.Value:
