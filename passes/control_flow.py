@@ -185,7 +185,9 @@ def _tape_type(v: ir.Value, n: int) -> ir.Type:
 
 
 def _record(op: ir.Operation, keep: list[int], n: int) -> list[ir.Value]:
-    """Run ``op`` again, stacking carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``."""
+    """A copy of ``op`` that also stacks carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``;
+    it takes the place of ``op`` (built before it, it replaces its results), so the
+    forward loop runs once."""
     m = len(op.operands)
     tapes = [hlo.zeros(_tape_type(op.operands[k], n)) for k in keep]
     loop, cond, body = hlo.while_([*op.operands, *tapes, _scalar(0)])
@@ -199,6 +201,8 @@ def _record(op: ir.Operation, keep: list[int], n: int) -> list[ir.Value]:
                     for tape, k in zip(args[m:-1], keep)]
         outs = inline_region(op, 1, args[:m])
         hlo.return_([*outs, *recorded, hlo.add(t, _scalar(1))], "stablehlo.return")
+    for old, new in zip(op.results, loop.results):
+        old.replace_all_uses_with(new)
     return list(loop.results)[m:-1]
 
 
@@ -252,7 +256,7 @@ def _while(op, cts):
     tapes = {k: hlo.zeros(_tape_type(op.operands[k], n)) for k in _varying(op)}
     loop, body, carries = _reverse_loop(op, cts, n, tapes, floats, wrt)
     keep = [k for k, read in zip(tapes, _read(body, [carries[k] for k in tapes])) if read]
-    with ir.InsertionPoint(loop):
+    with ir.InsertionPoint(op):
         for k, tape in zip(keep, _record(op, keep, n)):
             tapes[k].replace_all_uses_with(tape)
     results = list(loop.results)[1:]

@@ -123,9 +123,8 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
     ret = list(block.operations)[-1].operation
     ys = list(ret.operands)
     ret_loc = ret.location
-    ret.erase()
     args = list(block.arguments)
-    with ir.InsertionPoint(block), ir.Location.name(new_name, childLoc=ret_loc):
+    with ir.InsertionPoint(ret), ir.Location.name(new_name, childLoc=ret_loc):
         if vjp:
             seeds = [block.add_argument(y.type, ret_loc) for y in ys]
         else:
@@ -133,7 +132,11 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
         xs = [args[i] for i in wrt]
         grads = backprop(ys, seeds, xs, name=new_name)
         grads = [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
-        results = (ys if with_value else []) + grads
+    # A rule may have replaced a forward op (a while loop by its taped copy): read the
+    # values F returns from its return op, which saw the replacement.
+    results = (list(ret.operands) if with_value else []) + grads
+    ret.erase()
+    with ir.InsertionPoint(block), ir.Location.name(new_name, childLoc=ret_loc):
         hlo.return_(results)
     hlo.set_function_type(copy, [a.type for a in block.arguments], [r.type for r in results])
     run_pipeline(copy, CLEANUP)
