@@ -16,11 +16,13 @@ inserted zero, and feature groups (depthwise included) are a batch dimension of 
 the choice is bounded by ``MAX_CONV_TAPS``; convolutions with an input dilation
 (transposed convolutions) or batch groups keep the convolution form.
 
-Pooling (``reduce_window`` max/min): the winner of each window is found among its
-patches (first in row-major order, as TensorFlow's select_and_scatter), and the
+Pooling (``reduce_window``): for max/min the winner of each window is found among
+its patches (first in row-major order, as TensorFlow's select_and_scatter), and the
 cotangent goes back through ``col2im``: elementwise work IREE fuses, instead of a
-variadic ``reduce_window`` and a serial scatter. Bounded by ``MAX_POOL_TAPS``
-(cumulative maxima use windows as long as the axis: those keep the scatter).
+variadic ``reduce_window`` and a serial scatter. For sums the cotangent is spread
+by ``col2im`` (a reshape for non-overlapping windows) instead of a window sum over
+a cotangent with inserted zeros. Bounded by ``MAX_POOL_TAPS`` (cumulative sums and
+maxima use windows as long as the axis: those keep the reduce_window forms).
 """
 from __future__ import annotations
 

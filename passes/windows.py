@@ -3,8 +3,11 @@
 Notation: the operand padded and dilated as the op does it is ``xp``; window
 ``w`` reads ``xp[w * stride + k * window_dilation]`` for window offsets ``k``.
 
-* add: ``d xp = T(ct)``, the transposed window sum: a reduce_window add of
-  ``ct`` dilated by the strides and padded by the window span; then the
+* add: ``d xp = T(ct)``, the transposed window sum. Where
+  ``choices.pool_by_patches`` allows: ``col2im`` of ``ct`` broadcast to every
+  offset (``patches.py``; a reshape for non-overlapping windows). Otherwise
+  (long windows such as cumulative sums, base dilations): a reduce_window add
+  of ``ct`` dilated by the strides and padded by the window span; then the
   padding is cut off and the base dilation undone (a strided slice).
 * max / min: one winner per window, the first in row-major order among ties
   (TensorFlow's and XLA's select_and_scatter convention). Where
@@ -98,6 +101,13 @@ def _patch_winner(x: ir.Value, init: ir.Value, y: ir.Value, ct: ir.Value, w: Win
     return col2im(spread, shape(x), geometry, rank)
 
 
+def _spread(ct: ir.Value, x_shape, w: Window) -> ir.Value:
+    """The adjoint of a window sum through col2im: each window's ct to each of its offsets."""
+    geometry, rank = Windows(w.dims, w.strides, w.padding, w.dilation), len(x_shape)
+    taps = hlo.broadcast_in_dim(ct, [*shape(ct), geometry.taps], list(range(rank)))
+    return col2im(taps, x_shape, geometry, rank)
+
+
 def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
     """d x of a product window (exact where x has zeros)"""
     zero, one = hlo.zeros(x.type), hlo.ones(x.type)
@@ -130,6 +140,8 @@ def _reduce_window(op, cts):
     (ct,) = cts
     w = Window(op)
     if kind == "add":
+        if pool_by_patches(w.dims, w.base):
+            return _spread(ct, shape(x), w), None
         return transposed_window_sum(ct, shape(x), w), None
     if kind == "mul":
         return _window_product(x, ct, w), None
