@@ -7,6 +7,7 @@
                [--device D] [--output @out.npy]
     irgrad emit MODEL.py:FUNCTION [--grad] [--vjp] [--with-value] [--wrt ..]
     irgrad inspect ART.vmfb [--json]
+    irgrad profile SRC [--function F] [--grad] [--wrt ..] [--top N]
     irgrad targets
 
 This module parses arguments, calls irgrad's library and prints. Every error
@@ -34,6 +35,7 @@ from typer.core import TyperGroup
 import irgrad
 from irgrad import passes, runtime
 from irgrad.function import compile_text
+from irgrad.passes.legalize import legalize_text
 from irgrad.runtime.artifact import atomic_write, read_sidecar, signatures_from_metadata
 
 USAGE = 2  # click's exit status for a bad command line
@@ -397,6 +399,36 @@ def compile_command(
     lines = [f"{output}: {len(artifact.vmfb):,} bytes, {_describe_target(options)}, "
              f"compiled in {seconds:.2f} s{cached}", *_signature_lines(artifact.functions)]
     typer.echo("\n".join(lines))
+
+
+# ----- profile --------------------------------------------------------------------------
+
+@app.command()
+def profile(
+    source: str = typer.Argument(..., metavar="SRC", help="An .mlir file or path/to/model.py:function."),
+    func: Optional[str] = typer.Option(
+        None, "--function", "--func", "-f", metavar="NAME",
+        help="The function to profile; with --grad, the one to differentiate (default: the only one)."),
+    grad: bool = typer.Option(False, "--grad", help="Profile @F_grad (F's value and gradient)."),
+    wrt: Optional[str] = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
+    top: int = typer.Option(25, "--top", metavar="N", help="Dispatches to list (0: all)."),
+) -> None:
+    """Time each dispatch of a function alone (IREE's per-dispatch benchmarks) and show its share."""
+    from irgrad.runtime.profile import profile_dispatches
+
+    text, name = load_source(source)
+    function = func or name
+    if grad:
+        if function is None:  # differentiate() takes the only public function, or says to name one
+            names = list(runtime.parse_signatures(text))
+            function = names[0] if len(names) == 1 else None
+        text = _adjoints(text, function, wrt, True, False, True)
+        function = f"{function}_grad"
+    elif wrt is not None:
+        raise CLIError("--wrt needs --grad", USAGE)
+    with progress(f"irgrad: profiling {source} (compiling, then timing every dispatch)"):
+        result = profile_dispatches(legalize_text(text), runtime.CompileOptions(), function=function)
+    typer.echo(result.table(top=top or None))
 
 
 # ----- run ------------------------------------------------------------------------------

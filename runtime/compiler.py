@@ -27,7 +27,10 @@ from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target
 from .signature import parse_module, public_functions, signature_of
 
-__all__ = ["compile", "compiler_version", "cache_dir", "cache_stats", "clear_memory_cache", "needs_system_link"]
+__all__ = [
+    "compile", "compile_flags", "compiler_version", "cache_dir", "cache_stats", "clear_memory_cache",
+    "needs_system_link",
+]
 
 _MEMORY_CACHE_SIZE = 64
 _memory_cache: "collections.OrderedDict[str, Artifact]" = collections.OrderedDict()
@@ -75,6 +78,11 @@ def needs_system_link(mlir_text: str, options: CompileOptions) -> bool:
     return "linux" in options.triple if options.triple else sys.platform.startswith("linux")
 
 
+def compile_flags(mlir_text: str, options: CompileOptions) -> list[str]:
+    """The iree-compile flags ``compile`` uses for this text and these options."""
+    return options.flags(system_link=needs_system_link(mlir_text, options))
+
+
 def compile(
     mlir_text: str,
     options: CompileOptions | Target | str | None = None,
@@ -101,7 +109,7 @@ def compile(
         options = CompileOptions(target=options)
     if not isinstance(mlir_text, str):
         raise TypeError(f"expected MLIR text as str, got {type(mlir_text).__name__}")
-    flags = options.flags(system_link=needs_system_link(mlir_text, options))
+    flags = compile_flags(mlir_text, options)
     key = _cache_key(mlir_text, flags, producer)
 
     if cache:
