@@ -100,14 +100,14 @@ def aggregate(terms: list[ir.Value], method: str) -> ir.Value:
         return terms[0]
     if method == "tree":
         while len(terms) > 1:
-            paired = [hlo.add(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+            paired = [hlo.accumulate(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
             if len(terms) % 2:
                 paired.append(terms[-1])
             terms = paired
         return terms[0]
     total = terms[0]
     for t in terms[1:]:
-        total = hlo.add(total, t)
+        total = hlo.accumulate(total, t)
     return total
 
 

@@ -237,7 +237,7 @@ def _reverse_loop(op, cts, n, tapes, floats, wrt):
         grads = backprop(outs, [seed_of.get(k) for k in range(m)], [carries[k] for k in floats] + wrt,
                          allow=_in_block(body))
         grads = [g if g is not None else hlo.zeros(v.type) for g, v in zip(grads, ct + acc)]
-        new_acc = [hlo.add(a, g) for a, g in zip(acc, grads[len(floats):])]
+        new_acc = [hlo.accumulate(a, g) for a, g in zip(acc, grads[len(floats):])]
         hlo.return_([hlo.add(j, _scalar(1)), *grads[:len(floats)], *new_acc], "stablehlo.return")
     return loop, body, carries
 

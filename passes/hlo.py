@@ -74,6 +74,16 @@ def splat(value: float | int | bool, type_: ir.Type) -> Value:
     return _create("stablehlo.constant", [type_], [], {"value": dense}).result
 
 
+def is_zero_constant(v: Value) -> bool:
+    """Whether ``v`` is a splat zero ``stablehlo.constant``."""
+    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.constant":
+        return False
+    dense = ir.DenseElementsAttr(v.owner.operation.attributes["value"])
+    if not dense.is_splat:
+        return False
+    return getattr(dense.get_splat_value(), "value", None) == 0
+
+
 def like(value: float | int, v: Value) -> Value:
     """A constant with ``v``'s type, every element ``value``."""
     return splat(value, v.type)
@@ -121,6 +131,20 @@ def binary(name: str, a: Value, b: Value) -> Value:
 
 def add(a: Value, b: Value) -> Value:
     return binary("stablehlo.add", a, b)
+
+
+def accumulate(a: Value, b: Value) -> Value:
+    """``a + b`` for cotangents. A term that is a slice written into zeros (the adjoint of
+    dynamic_slice, e.g. one step of a scan over its input) is added in place:
+    ``a + dus(0, u, i) = dus(a, ds(a, i) + u, i)``, so a loop that accumulates one slice per
+    step does O(slice) work per step, not O(whole tensor)."""
+    for full, sparse in ((a, b), (b, a)):
+        if isinstance(sparse, ir.OpResult) and sparse.owner.operation.name == "stablehlo.dynamic_update_slice":
+            base, update, *starts = sparse.owner.operation.operands
+            if is_zero_constant(base) and full.type == sparse.type:
+                here = dynamic_slice(full, starts, shape(update))
+                return dynamic_update_slice(full, add(here, update), starts)
+    return add(a, b)
 
 
 def subtract(a: Value, b: Value) -> Value:

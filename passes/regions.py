@@ -75,16 +75,6 @@ def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value]) -> lis
     return results
 
 
-def is_zero_constant(v: ir.Value) -> bool:
-    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.constant":
-        return False
-    dense = ir.DenseElementsAttr(v.owner.operation.attributes["value"])
-    if not dense.is_splat:
-        return False
-    value = dense.get_splat_value()
-    return getattr(value, "value", None) == 0
-
-
 @adjoint("stablehlo.composite")
 def _composite(op, cts):
     """dispatch on the composite's name; unknown names: the decomposition's adjoint"""
@@ -106,7 +96,7 @@ def _custom_gradient(op, cts):
         raise LookupError(f"composite {CUSTOM_GRADIENT!r} at {op.location} has no 'grad' attribute")
     cts = [ct if ct is not None else hlo.zeros(r.type) for ct, r in zip(cts, op.results)]
     outs = inline_region(lookup_function(op, symbol(grad)), 0, [*cts, *op.operands])
-    return [None if is_zero_constant(v) else v for v in outs]
+    return [None if hlo.is_zero_constant(v) else v for v in outs]
 
 
 def _through_decomposition(op, cts):
