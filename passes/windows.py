@@ -88,24 +88,24 @@ def _argwindow(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Window) 
 
 
 def _patch_winner(x: ir.Value, init: ir.Value, y: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
-    """ct to the first offset of each window whose patch equals the window's result ``y``."""
+    """ct to the first offset of each window whose patch equals the window's result ``y``.
+    The offsets axis goes first: every offset is then one contiguous slab."""
     rank = len(shape(x))
     geometry = Windows(w.dims, w.strides, w.padding, w.dilation)
-    p = patches(x, hlo.reshape(init, []), geometry, rank)  # [out..., taps]
+    p = patches(x, hlo.reshape(init, []), geometry, 0)  # [taps, out...]
     ps, taps, i32 = list(shape(p)), geometry.taps, ir.IntegerType.get_signless(32)
-    offset = hlo.iota(ps, i32, rank)
-    hit = hlo.compare(p, hlo.broadcast_in_dim(y, ps, list(range(rank))), "EQ")
-    first = hlo.reduce(hlo.select(hit, offset, hlo.splat(taps, offset.type)), [rank], "min")
-    winner = hlo.compare(offset, hlo.broadcast_in_dim(first, ps, list(range(rank))), "EQ")
-    spread = hlo.select(winner, hlo.broadcast_in_dim(ct, ps, list(range(rank))), hlo.zeros(p.type))
-    return col2im(spread, shape(x), geometry, rank)
+    spread = lambda v: hlo.broadcast_in_dim(v, ps, list(range(1, rank + 1)))  # noqa: E731
+    offset = hlo.iota(ps, i32, 0)
+    first = hlo.reduce(hlo.select(hlo.compare(p, spread(y), "EQ"), offset, hlo.splat(taps, offset.type)), [0], "min")
+    winner = hlo.compare(offset, spread(first), "EQ")
+    return col2im(hlo.select(winner, spread(ct), hlo.zeros(p.type)), shape(x), geometry, 0)
 
 
 def _spread(ct: ir.Value, x_shape, w: Window) -> ir.Value:
     """The adjoint of a window sum through col2im: each window's ct to each of its offsets."""
     geometry, rank = Windows(w.dims, w.strides, w.padding, w.dilation), len(x_shape)
-    taps = hlo.broadcast_in_dim(ct, [*shape(ct), geometry.taps], list(range(rank)))
-    return col2im(taps, x_shape, geometry, rank)
+    taps = hlo.broadcast_in_dim(ct, [geometry.taps, *shape(ct)], list(range(1, rank + 1)))
+    return col2im(taps, x_shape, geometry, 0)
 
 
 def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
