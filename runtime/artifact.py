@@ -228,7 +228,7 @@ def executable_formats(vmfb: bytes | str | os.PathLike[str]) -> list[str]:
             f.write(vmfb)
             f.flush()
             return executable_formats(f.name)
-    result = subprocess.run([_dump_tool(), os.fspath(vmfb)], capture_output=True, text=True)
+    result = subprocess.run([runtime_tool("iree-dump-module"), os.fspath(vmfb)], capture_output=True, text=True)
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["iree-dump-module failed"])[-1]
         raise ArtifactError(f"not a valid IREE artifact (.vmfb): {reason}")
@@ -241,18 +241,20 @@ def executable_formats(vmfb: bytes | str | os.PathLike[str]) -> list[str]:
     return list(dict.fromkeys(f for f in found if f))
 
 
-def _dump_tool() -> str:
+def runtime_tool(name: str) -> str:
+    """The path of one of IREE's runtime tools (``iree-dump-module``, ``iree-benchmark-module``):
+    the installed runtime's own copy, else the one on PATH."""
     import shutil
 
     try:
         import iree._runtime_libs as libs
 
-        tool = Path(libs.__file__).parent / "iree-dump-module"
+        tool = Path(libs.__file__).parent / name
         if tool.is_file():
             return str(tool)
     except ImportError:
         pass
-    tool = shutil.which("iree-dump-module")
+    tool = shutil.which(name)
     if tool is None:
-        raise FileNotFoundError("iree-dump-module not found; install iree-base-runtime")
+        raise FileNotFoundError(f"{name} not found; install iree-base-runtime")
     return tool

@@ -36,7 +36,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -44,6 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .artifact import runtime_tool
 from .compiler import _compile_text, compile_flags
 from .errors import CompileError, DeviceError
 from .options import CompileOptions, Target
@@ -287,25 +287,10 @@ def _squeeze(buffer: str) -> tuple[str, str]:
 
 # ----- tools ----------------------------------------------------------------------------
 
-def _benchmark_tool() -> str:
-    """iree-benchmark-module of the installed IREE runtime (else the one on PATH)."""
-    try:
-        from iree.runtime.benchmark import benchmark_exe
-
-        tool = os.path.normpath(benchmark_exe())
-        if os.path.isfile(tool):
-            return tool
-    except ImportError:
-        pass
-    tool = shutil.which("iree-benchmark-module")
-    if tool is None:
-        raise FileNotFoundError("iree-benchmark-module not found; install iree-base-runtime")
-    return tool
-
 
 def _run_benchmark(args: list[str]) -> list[dict[str, Any]]:
     """Runs iree-benchmark-module with JSON output; its benchmark rows."""
-    command = [_benchmark_tool(), *args, "--benchmark_format=json"]
+    command = [runtime_tool("iree-benchmark-module"), *args, "--benchmark_format=json"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=_RUN_TIMEOUT_S)
     if result.returncode != 0:
         lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
