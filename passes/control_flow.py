@@ -184,26 +184,51 @@ def _tape_type(v: ir.Value, n: int) -> ir.Type:
     return tensor_type([n, *shape(v)], elem(v))
 
 
-def _record(op: ir.Operation, keep: list[int], n: int) -> list[ir.Value]:
-    """A copy of ``op`` that also stacks carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``;
-    it takes the place of ``op`` (built before it, it replaces its results), so the
-    forward loop runs once."""
+def _record(op: ir.Operation, keep: list[int], residuals: list[tuple[int, int]], n: int) -> list[ir.Value]:
+    """A copy of ``op`` that also stacks carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``
+    and result j of the body's i-th op ((i, j) in ``residuals``) as ``tape[t]``. It takes the
+    place of ``op`` (built before it, it replaces its results), so the forward loop runs once."""
     m = len(op.operands)
-    tapes = [hlo.zeros(_tape_type(op.operands[k], n)) for k in keep]
+    body_ops = list(op.regions[1].blocks[0].operations)
+    stacked = [op.operands[k] for k in keep] + [body_ops[i].results[j] for i, j in residuals]
+    tapes = [hlo.zeros(_tape_type(v, n)) for v in stacked]
     loop, cond, body = hlo.while_([*op.operands, *tapes, _scalar(0)])
     with ir.InsertionPoint(cond):
         hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
     with ir.InsertionPoint(body):
         args = list(body.arguments)
         t, zero = args[-1], _scalar(0)
-        recorded = [hlo.dynamic_update_slice(tape, hlo.reshape(args[k], [1, *shape(args[k])]),
-                                             [t] + [zero] * len(shape(args[k])))
-                    for tape, k in zip(args[m:-1], keep)]
-        outs = inline_region(op, 1, args[:m])
+        copied: list[ir.Operation] = []
+        outs = inline_region(op, 1, args[:m], copied)
+        values = [args[k] for k in keep] + [copied[i].results[j] for i, j in residuals]
+        recorded = [hlo.dynamic_update_slice(tape, hlo.reshape(v, [1, *shape(v)]), [t] + [zero] * len(shape(v)))
+                    for tape, v in zip(args[m:-1], values)]
         hlo.return_([*outs, *recorded, hlo.add(t, _scalar(1))], "stablehlo.return")
     for old, new in zip(op.results, loop.results):
         old.replace_all_uses_with(new)
     return list(loop.results)[m:-1]
+
+
+def _top(o: ir.Operation, block: ir.Block) -> ir.Operation:
+    """The ancestor of ``o`` (or ``o``) that lies in ``block``."""
+    o = o.operation
+    while o.block != block:
+        o = o.parent.operation
+    return o
+
+
+def _residuals(body: ir.Block, recomputed: list[ir.Operation]) -> list[tuple[int, int, ir.Value]]:
+    """The results of the recomputed forward ops that the adjoint ops read: (op index, result
+    index, value). Constants are cheaper to recompute than to record."""
+    own = set(recomputed)
+    found = []
+    for i, o in enumerate(recomputed):
+        if o.name == "stablehlo.constant":
+            continue
+        for j, r in enumerate(o.results):
+            if any(_top(use.owner, body) not in own for use in r.uses):
+                found.append((i, j, r))
+    return found
 
 
 def _read(block: ir.Block, values: Sequence[ir.Value]) -> list[bool]:
@@ -220,7 +245,8 @@ def _read(block: ir.Block, values: Sequence[ir.Value]) -> list[bool]:
 
 
 def _reverse_loop(op, cts, n, tapes, floats, wrt):
-    """The reverse loop over t = n-1 .. 0; returns (loop, its body, the carries it recomputes from)."""
+    """The reverse loop over t = n-1 .. 0; returns (loop, its body, the carries it recomputes
+    from, the recomputed forward ops)."""
     m = len(op.operands)
     seeds = [cts[k] if cts[k] is not None else hlo.zeros(op.operands[k].type) for k in floats]
     loop, cond, body = hlo.while_([_scalar(0), *seeds, *[hlo.zeros(v.type) for v in wrt]])
@@ -232,14 +258,15 @@ def _reverse_loop(op, cts, n, tapes, floats, wrt):
         t, zero = hlo.subtract(_scalar(n - 1), j), _scalar(0)
         carries = [hlo.reshape(hlo.dynamic_slice(tapes[k], [t] + [zero] * len(shape(v)), [1, *shape(v)]), shape(v))
                    if k in tapes else hlo.identity(v) for k, v in enumerate(op.operands)]
-        outs = inline_region(op, 1, carries)
+        recomputed: list[ir.Operation] = []
+        outs = inline_region(op, 1, carries, recomputed)
         seed_of = dict(zip(floats, ct))
         grads = backprop(outs, [seed_of.get(k) for k in range(m)], [carries[k] for k in floats] + wrt,
                          allow=_in_block(body))
         grads = [g if g is not None else hlo.zeros(v.type) for g, v in zip(grads, ct + acc)]
         new_acc = [hlo.accumulate(a, g) for a, g in zip(acc, grads[len(floats):])]
         hlo.return_([hlo.add(j, _scalar(1)), *grads[:len(floats)], *new_acc], "stablehlo.return")
-    return loop, body, carries
+    return loop, body, carries, recomputed
 
 
 @adjoint("stablehlo.while")
@@ -254,11 +281,25 @@ def _while(op, cts):
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
     # Build the reverse loop on placeholder tapes, then record only the carries it reads.
     tapes = {k: hlo.zeros(_tape_type(op.operands[k], n)) for k in _varying(op)}
-    loop, body, carries = _reverse_loop(op, cts, n, tapes, floats, wrt)
+    loop, body, carries, recomputed = _reverse_loop(op, cts, n, tapes, floats, wrt)
+    # The forward values the adjoint reads are recorded too (JAX's residuals), not recomputed:
+    # the reverse body reads them from tapes and the recomputation it no longer needs is dead.
+    residuals = _residuals(body, recomputed)
+    placeholders = []
+    with ir.InsertionPoint(recomputed[0] if recomputed else list(body.operations)[-1]):
+        t = hlo.subtract(_scalar(n - 1), body.arguments[0])
+        for _, _, r in residuals:
+            tape = hlo.zeros(_tape_type(r, n))
+            placeholders.append(tape)
+            read = hlo.reshape(hlo.dynamic_slice(tape, [t] + [_scalar(0)] * len(shape(r)), [1, *shape(r)]), shape(r))
+            for use in list(r.uses):
+                if _top(use.owner, body) not in recomputed:
+                    use.owner.operands[use.operand_number] = read
     keep = [k for k, read in zip(tapes, _read(body, [carries[k] for k in tapes])) if read]
     with ir.InsertionPoint(op):
-        for k, tape in zip(keep, _record(op, keep, n)):
-            tapes[k].replace_all_uses_with(tape)
+        recorded = _record(op, keep, [(i, j) for i, j, _ in residuals], n)
+    for placeholder, tape in zip([tapes[k] for k in keep] + placeholders, recorded):
+        placeholder.replace_all_uses_with(tape)
     results = list(loop.results)[1:]
     d_carry = dict(zip(floats, results[:len(floats)]))
     d_captured = dict(zip(wrt, results[len(floats):]))

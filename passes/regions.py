@@ -56,9 +56,11 @@ def lookup_function(anchor: ir.Operation, name: str) -> ir.Operation:
         raise LookupError(f"function @{name} referenced at {anchor.location} is not in the module") from None
 
 
-def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value]) -> list[ir.Value]:
+def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value],
+                  copied: list[ir.Operation] | None = None) -> list[ir.Value]:
     """Copy region ``index`` of ``op`` (one block) to the insertion point with its block
-    arguments bound to ``args``; return the values its terminator returns."""
+    arguments bound to ``args``; return the values its terminator returns. The copied ops,
+    in order, are appended to ``copied`` when given."""
     clone = op.clone()  # inserted at the insertion point; only its region survives
     block = clone.regions[index].blocks[0]
     for formal, actual in zip(block.arguments, args):
@@ -67,6 +69,8 @@ def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value]) -> lis
     results = list(body[-1].operands)
     for o in body[:-1]:
         o.move_before(clone)
+    if copied is not None:
+        copied.extend(body[:-1])
     # Erase through its Python object first: the bindings would otherwise keep a stale
     # handle to it (erasing the clone does not invalidate handles to nested ops), which a
     # later op allocated at the same address would inherit.
