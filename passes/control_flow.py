@@ -217,17 +217,34 @@ def _top(o: ir.Operation, block: ir.Block) -> ir.Operation:
     return o
 
 
+# Ops the reverse loop recomputes from recorded values rather than record themselves: IREE
+# fuses them into the adjoint's own elementwise work, while every recorded value costs a
+# tape write per forward step and a read per reverse step.
+_RECOMPUTED = {f"stablehlo.{name}" for name in (
+    "add", "subtract", "multiply", "divide", "negate", "abs", "sign", "maximum", "minimum", "select",
+    "compare", "convert", "clamp", "exponential", "exponential_minus_one", "log", "log_plus_one", "tanh",
+    "logistic", "sqrt", "rsqrt", "sine", "cosine", "and", "or", "not", "reshape", "broadcast_in_dim",
+    "transpose", "slice", "dynamic_slice", "iota", "constant")}
+
+
 def _residuals(body: ir.Block, recomputed: list[ir.Operation]) -> list[tuple[int, int, ir.Value]]:
-    """The results of the recomputed forward ops that the adjoint ops read: (op index, result
-    index, value). Constants are cheaper to recompute than to record."""
+    """The results of recomputed forward ops to record, (op index, result index, value): those
+    the adjoint ops read, where elementwise and shape ops are recomputed from their operands
+    (recursively) and the rest (contractions, reductions, regions...) are recorded."""
+    where = {r: (i, j) for i, o in enumerate(recomputed) for j, r in enumerate(o.results)}
     own = set(recomputed)
-    found = []
-    for i, o in enumerate(recomputed):
-        if o.name == "stablehlo.constant":
+    needed = [r for r in where if any(_top(use.owner, body) not in own for use in r.uses)]
+    seen, found = set(), []
+    while needed:
+        v = needed.pop()
+        if v in seen:
             continue
-        for j, r in enumerate(o.results):
-            if any(_top(use.owner, body) not in own for use in r.uses):
-                found.append((i, j, r))
+        seen.add(v)
+        o = v.owner.operation
+        if o.name in _RECOMPUTED:
+            needed.extend(x for x in o.operands if x in where)
+        else:
+            found.append((*where[v], v))
     return found
 
 
@@ -282,8 +299,9 @@ def _while(op, cts):
     # Build the reverse loop on placeholder tapes, then record only the carries it reads.
     tapes = {k: hlo.zeros(_tape_type(op.operands[k], n)) for k in _varying(op)}
     loop, body, carries, recomputed = _reverse_loop(op, cts, n, tapes, floats, wrt)
-    # The forward values the adjoint reads are recorded too (JAX's residuals), not recomputed:
-    # the reverse body reads them from tapes and the recomputation it no longer needs is dead.
+    # The forward values the adjoint reads are recorded too (JAX's residuals) where recomputing
+    # them is not elementwise work (see _RECOMPUTED): the reverse body reads them from tapes
+    # and the recomputation it no longer needs is dead.
     residuals = _residuals(body, recomputed)
     placeholders = []
     with ir.InsertionPoint(recomputed[0] if recomputed else list(body.operations)[-1]):
@@ -293,8 +311,7 @@ def _while(op, cts):
             placeholders.append(tape)
             read = hlo.reshape(hlo.dynamic_slice(tape, [t] + [_scalar(0)] * len(shape(r)), [1, *shape(r)]), shape(r))
             for use in list(r.uses):
-                if _top(use.owner, body) not in recomputed:
-                    use.owner.operands[use.operand_number] = read
+                use.owner.operands[use.operand_number] = read
     keep = [k for k, read in zip(tapes, _read(body, [carries[k] for k in tapes])) if read]
     with ir.InsertionPoint(op):
         recorded = _record(op, keep, [(i, j) for i, j, _ in residuals], n)
