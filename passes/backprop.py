@@ -186,7 +186,7 @@ def backprop_local(outputs: Sequence[ir.Value], cts: Sequence[Cotangent], inputs
         if op in inside:
             continue
         inside.add(op)
-        stack.extend(v.owner.operation for v in op.operands
+        stack.extend(v.owner.operation for v in op_inputs(op)
                      if isinstance(v, ir.OpResult) and v not in stop_at)
     return backprop(outputs, cts, inputs, name=name, allow=inside.__contains__)
 

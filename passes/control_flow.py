@@ -14,11 +14,13 @@ passes them to these rules after the op's operands (see ``op_inputs``).
   branch k recomputes branch k and returns its adjoint for every float
   captured value, zeros for the values branch k does not use.
 * ``while`` with a trip count ``n`` known at compile time (JAX's ``fori_loop``
-  and ``scan``): a copy of the loop records the carried values at the start
-  of every iteration (``tape[t] = carry(t)``, loop-invariant carries are not
-  recorded); a reverse loop over ``t = n-1 .. 0`` recomputes the body from
-  ``tape[t]`` and applies its adjoint, carrying the carries' cotangents and
-  accumulating the captured values'. A loop whose trip count cannot be proven
+  and ``scan``): a short loop (``choices.unroll_loop``) is unrolled in place and
+  differentiated as straight-line code. Otherwise a copy of the loop takes the
+  forward loop's place and records, at every iteration, the carries and the
+  non-elementwise values the adjoint reads (``tape[t]``; loop-invariant carries are
+  not recorded); a reverse loop over ``t = n-1 .. 0`` reads them, recomputes the
+  elementwise rest and applies the body's adjoint, carrying the carries' cotangents
+  and accumulating the captured values'. A loop whose trip count cannot be proven
   static raises :class:`DynamicTripCountError` (a ValueError) naming its location.
 """
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Callable, Sequence
 
 from . import hlo
 from .regions import inline_region
-from .backprop import backprop, captured_values, op_inputs
+from .backprop import backprop, backprop_local, captured_values, op_inputs
+from .choices import unroll_loop
 from .mlir import elem, ir, is_float, shape, tensor_type
 from .registry import adjoint, missing
 
@@ -286,6 +289,22 @@ def _reverse_loop(op, cts, n, tapes, floats, wrt):
     return loop, body, carries, recomputed
 
 
+def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
+    """A short loop: n copies of the body replace it, and their adjoint is straight-line code."""
+    with ir.InsertionPoint(op):
+        carries = list(op.operands)
+        for _ in range(n):
+            carries = inline_region(op, 1, carries)
+    for old, new in zip(op.results, carries):
+        old.replace_all_uses_with(new)
+    # A value can be both an operand and captured (an outer carry that initialises an inner
+    # loop and is read by its body): its whole cotangent goes to its first position only.
+    inputs = [*op.operands, *captured]
+    unique = list(dict.fromkeys(inputs))
+    total = dict(zip(unique, backprop_local(carries, list(cts), unique)))
+    return [total.pop(v) if v in total else None for v in inputs]
+
+
 @adjoint("stablehlo.while")
 def _while(op, cts):
     """for t = n-1 .. 0: (d carry, d captured += ...) = body adjoint at the carries of iteration t"""
@@ -296,6 +315,8 @@ def _while(op, cts):
     wrt = [v for v in captured if is_float(v)]
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
+    if unroll_loop(n, len(op.regions[1].blocks[0].operations)):
+        return _unrolled(op, cts, n, captured)
     # Build the reverse loop on placeholder tapes, then record only the carries it reads.
     tapes = {k: hlo.zeros(_tape_type(op.operands[k], n)) for k in _varying(op)}
     loop, body, carries, recomputed = _reverse_loop(op, cts, n, tapes, floats, wrt)

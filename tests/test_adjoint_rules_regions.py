@@ -16,6 +16,7 @@ import pytest
 import irgrad as ig
 from irgrad import passes
 from irgrad.passes.mlir import ir
+from irgrad.passes import choices
 from irgrad.passes.control_flow import DynamicTripCountError, trip_count
 
 from gradcheck import check_module
@@ -540,10 +541,24 @@ LOOP_CASES = {
 }
 
 
+@pytest.fixture(params=["unrolled", "taped"])
+def loop_formulation(request, monkeypatch):
+    """Both while adjoints of choices.unroll_loop: these loops are short enough to unroll;
+    with no unrolling budget they take the taped forward loop and the reverse loop."""
+    if request.param == "taped":
+        monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("name", sorted(LOOP_CASES))
-def test_while(name):
+def test_while(name, loop_formulation):
     text, args = LOOP_CASES[name]
-    check_module(text, args, what=name)
+    check_module(text, args, what=f"{name} ({loop_formulation})")
+
+
+def test_short_loops_unroll():
+    text = passes.differentiate(LOOP_CASES["scan_dynamic_slices"][0])
+    assert text.split("@f_grad")[1].count("stablehlo.while") == 0
 
 
 @pytest.mark.parametrize("name, n", [("fori_invariant_weights_captured_bias", 4), ("count_up_le", 4),
@@ -627,8 +642,9 @@ def test_iree313_reproducer_runs_once_its_branches_are_isolated():
 
 # ----- what the adjoints build ------------------------------------------------------------------
 
-def test_scan_records_only_what_the_reverse_loop_reads():
+def test_scan_records_only_what_the_reverse_loop_reads(monkeypatch):
     """The stacked outputs (5x3) are not taped per iteration (that would be 5x5x3)."""
+    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
     text = passes.differentiate(LOOP_CASES["scan_dynamic_slices"][0])
     grad = text[text.index("@f_grad"):]
     assert "5x5x3xf64" not in grad and "5x3xf64" in grad
@@ -681,9 +697,22 @@ def test_second_order(name):
     check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name})")
 
 
+@pytest.mark.parametrize("name", ["fori", "scan", "nested_loops"])
+def test_second_order_through_taped_loops(name, monkeypatch):
+    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
+    text, args = SECOND_ORDER[name]
+    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name}, taped)")
+
+
+def test_second_order_case_inside_unrolled_scan():
+    text, args = LOOP_CASES["case_inside_scan"]
+    check_module(passes.differentiate(text), args, func="f_grad")
+
+
 @pytest.mark.xfail(strict=True, reason="IREE 3.13 upstream bug: the second-order module verifies and compiles "
                                        "but fails at run time with FAILED_PRECONDITION 'transient buffer has "
                                        "not been committed'")
-def test_second_order_case_inside_scan():
+def test_second_order_case_inside_taped_scan(monkeypatch):
+    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
     text, args = LOOP_CASES["case_inside_scan"]
     check_module(passes.differentiate(text), args, func="f_grad")
