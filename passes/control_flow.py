@@ -266,7 +266,7 @@ def _read(block: ir.Block, values: Sequence[ir.Value]) -> list[bool]:
 
 def _reverse_loop(op, cts, n, tapes, floats, wrt):
     """The reverse loop over t = n-1 .. 0; returns (loop, its body, the carries it recomputes
-    from, the recomputed forward ops)."""
+    from, the recomputed forward ops, t)."""
     m = len(op.operands)
     seeds = [cts[k] if cts[k] is not None else hlo.zeros(op.operands[k].type) for k in floats]
     loop, cond, body = hlo.while_([_scalar(0), *seeds, *[hlo.zeros(v.type) for v in wrt]])
@@ -286,7 +286,7 @@ def _reverse_loop(op, cts, n, tapes, floats, wrt):
         grads = [g if g is not None else hlo.zeros(v.type) for g, v in zip(grads, ct + acc)]
         new_acc = [hlo.accumulate(a, g) for a, g in zip(acc, grads[len(floats):])]
         hlo.return_([hlo.add(j, _scalar(1)), *grads[:len(floats)], *new_acc], "stablehlo.return")
-    return loop, body, carries, recomputed
+    return loop, body, carries, recomputed, t
 
 
 def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
@@ -319,14 +319,13 @@ def _while(op, cts):
         return _unrolled(op, cts, n, captured)
     # Build the reverse loop on placeholder tapes, then record only the carries it reads.
     tapes = {k: hlo.zeros(_tape_type(op.operands[k], n)) for k in _varying(op)}
-    loop, body, carries, recomputed = _reverse_loop(op, cts, n, tapes, floats, wrt)
+    loop, body, carries, recomputed, t = _reverse_loop(op, cts, n, tapes, floats, wrt)
     # The forward values the adjoint reads are recorded too (JAX's residuals) where recomputing
     # them is not elementwise work (see _RECOMPUTED): the reverse body reads them from tapes
     # and the recomputation it no longer needs is dead.
     residuals = _residuals(body, recomputed)
     placeholders = []
     with ir.InsertionPoint(recomputed[0] if recomputed else list(body.operations)[-1]):
-        t = hlo.subtract(_scalar(n - 1), body.arguments[0])
         for _, _, r in residuals:
             tape = hlo.zeros(_tape_type(r, n))
             placeholders.append(tape)
