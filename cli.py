@@ -26,7 +26,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import typer
@@ -134,7 +135,7 @@ app = typer.Typer(
 )
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``irgrad`` console script and ``python -m irgrad``."""
     app(args=argv, prog_name="irgrad")
 
@@ -157,7 +158,7 @@ def _global(
 
 # ----- sources: .mlir files and model.py:function ---------------------------------------
 
-def parse_wrt(text: Optional[str]) -> Optional[List[int]]:
+def parse_wrt(text: str | None) -> list[int] | None:
     """``"0,2"`` -> ``[0, 2]``; None stays None (every float argument)."""
     if text is None:
         return None
@@ -188,7 +189,7 @@ def _import_model(path: Path) -> Any:
     return module
 
 
-def _model_function(path: Path, attr: Optional[str]) -> irgrad.Function:
+def _model_function(path: Path, attr: str | None) -> irgrad.Function:
     module = _import_model(path)
     found = sorted(k for k, v in vars(module).items() if isinstance(v, irgrad.Function))
     listed = ", ".join(found) or "none"
@@ -207,7 +208,7 @@ def _model_function(path: Path, attr: Optional[str]) -> irgrad.Function:
     return fn
 
 
-def load_source(source: str) -> "tuple[str, Optional[str]]":
+def load_source(source: str) -> "tuple[str, str | None]":
     """StableHLO text of SRC and the name of its function (None for an .mlir file).
 
     SRC is an MLIR file or ``path/to/model.py:function`` naming an ``ig.function``
@@ -235,7 +236,7 @@ def _read_text(path: Path) -> str:
     return path.read_text()
 
 
-def _write_text(path: Optional[Path], text: str) -> None:
+def _write_text(path: Path | None, text: str) -> None:
     """Writes ``text`` to stdout (path None or '-') or atomically to ``path``."""
     if path is None or str(path) == "-":
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -244,7 +245,7 @@ def _write_text(path: Optional[Path], text: str) -> None:
         atomic_write(path, text.encode())
 
 
-def _adjoints(text: str, func: Optional[str], wrt: Optional[str], grad: bool, vjp: bool,
+def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool,
               with_value: bool) -> str:
     """``text`` with @F_grad / @F_vjp added (unchanged when neither is asked for)."""
     if not (grad or vjp):
@@ -264,10 +265,10 @@ WITH_VALUE_HELP = "Adjoint functions return F's results first, then the gradient
 @app.command()
 def grad(
     source: Path = typer.Argument(..., metavar="IN.mlir", help="StableHLO module."),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None, "-o", "--output", metavar="OUT.mlir", help="Where to write the module (default: stdout)."),
-    func: Optional[str] = typer.Option(None, "--func", metavar="NAME", help=FUNC_HELP),
-    wrt: Optional[str] = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
+    func: str | None = typer.Option(None, "--func", metavar="NAME", help=FUNC_HELP),
+    wrt: str | None = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
     vjp: bool = typer.Option(False, "--vjp", help="Also add @F_vjp(args..., cotangents...)."),
     with_value: bool = typer.Option(False, "--with-value", help=WITH_VALUE_HELP),
 ) -> None:
@@ -286,7 +287,7 @@ def emit(
     grad: bool = typer.Option(False, "--grad", help="Add @F_grad."),
     vjp: bool = typer.Option(False, "--vjp", help="Add @F_vjp."),
     with_value: bool = typer.Option(False, "--with-value", help=WITH_VALUE_HELP),
-    wrt: Optional[str] = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
+    wrt: str | None = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
 ) -> None:
     """Print the StableHLO of an ig.function (and its adjoints) on stdout."""
     text, name = load_source(source)
@@ -295,8 +296,8 @@ def emit(
 
 # ----- compile --------------------------------------------------------------------------
 
-def compile_options(target: str, cpu: Optional[str], triple: Optional[str], cuda_arch: Optional[str],
-                    rocm_arch: Optional[str]) -> runtime.CompileOptions:
+def compile_options(target: str, cpu: str | None, triple: str | None, cuda_arch: str | None,
+                    rocm_arch: str | None) -> runtime.CompileOptions:
     """CompileOptions from the command line; a usage error for a bad or misplaced flag."""
     try:
         canonical = runtime.Target.parse(target).value
@@ -361,7 +362,7 @@ def progress(message: str, stream: Any = None, delay: float = 1.0) -> Iterator[N
             stream.flush()
 
 
-def _signature_lines(functions: dict) -> List[str]:
+def _signature_lines(functions: dict) -> list[str]:
     return [f"  {signature!r}" for signature in functions.values()]
 
 
@@ -372,16 +373,16 @@ def compile_command(
     target: str = typer.Option(
         "llvm-cpu", "--target", "-t",
         help="llvm-cpu (alias cpu), vulkan-spirv (alias vulkan), cuda, rocm or vmvx; see irgrad targets."),
-    cpu: Optional[str] = typer.Option(None, "--cpu", help="llvm-cpu: host (default), generic or an LLVM CPU name."),
-    triple: Optional[str] = typer.Option(None, "--triple", help="llvm-cpu: cross-compile, e.g. aarch64-linux-gnu."),
-    cuda_arch: Optional[str] = typer.Option(
+    cpu: str | None = typer.Option(None, "--cpu", help="llvm-cpu: host (default), generic or an LLVM CPU name."),
+    triple: str | None = typer.Option(None, "--triple", help="llvm-cpu: cross-compile, e.g. aarch64-linux-gnu."),
+    cuda_arch: str | None = typer.Option(
         None, "--cuda-arch", help="cuda: GPU architecture, e.g. sm_86 (default sm_80)."),
-    rocm_arch: Optional[str] = typer.Option(None, "--rocm-arch", help="rocm: GPU architecture, e.g. gfx942 (default)."),
+    rocm_arch: str | None = typer.Option(None, "--rocm-arch", help="rocm: GPU architecture, e.g. gfx942 (default)."),
     grad: bool = typer.Option(False, "--grad", help="Add @F_grad before compiling."),
     vjp: bool = typer.Option(False, "--vjp", help="Add @F_vjp before compiling."),
     with_value: bool = typer.Option(False, "--with-value", help=WITH_VALUE_HELP),
-    wrt: Optional[str] = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
-    func: Optional[str] = typer.Option(None, "--func", metavar="NAME", help=FUNC_HELP),
+    wrt: str | None = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
+    func: str | None = typer.Option(None, "--func", metavar="NAME", help=FUNC_HELP),
     no_cache: bool = typer.Option(False, "--no-cache", help="Compile again even if a cached artifact exists."),
 ) -> None:
     """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact."""
@@ -406,11 +407,11 @@ def compile_command(
 @app.command()
 def profile(
     source: str = typer.Argument(..., metavar="SRC", help="An .mlir file or path/to/model.py:function."),
-    func: Optional[str] = typer.Option(
+    func: str | None = typer.Option(
         None, "--function", "--func", "-f", metavar="NAME",
         help="The function to profile; with --grad, the one to differentiate (default: the only one)."),
     grad: bool = typer.Option(False, "--grad", help="Profile @F_grad (F's value and gradient)."),
-    wrt: Optional[str] = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
+    wrt: str | None = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
     top: int = typer.Option(25, "--top", metavar="N", help="Dispatches to list (0: all)."),
 ) -> None:
     """Time each dispatch of a function alone (IREE's per-dispatch benchmarks) and show its share."""
@@ -482,7 +483,7 @@ def _parse_value(token: str, dtype: np.dtype) -> Any:
         raise ValueError(f"bad number {token!r}") from None
 
 
-def _read_npy(path: str) -> List[np.ndarray]:
+def _read_npy(path: str) -> list[np.ndarray]:
     """Every array in a .npy file (numpy.save may have appended several)."""
     arrays = []
     with open(path, "rb") as f:
@@ -497,7 +498,7 @@ def _read_npy(path: str) -> List[np.ndarray]:
     return arrays
 
 
-def parse_input(spec: str) -> List[np.ndarray]:
+def parse_input(spec: str) -> list[np.ndarray]:
     """Arrays for one ``--input``, in iree-run-module's syntax.
 
     * ``2x2xf32=1,2,3,4``, ``2x2xf32=1 2 3 4`` or ``2x2xf32=[1 2][3 4]``: commas,
@@ -571,7 +572,7 @@ def format_array(array: np.ndarray, type_name: str, limit: int = MAX_PRINTED_ELE
     return f"{shape}{type_name}={body}"
 
 
-def _parse_output(spec: str) -> "tuple[str, Optional[Path]]":
+def _parse_output(spec: str) -> "tuple[str, Path | None]":
     """An ``--output``: ``@FILE`` write, ``+FILE`` append, ``-`` print, ``''`` skip."""
     if spec in ("", "-"):
         return ("skip" if spec == "" else "print"), None
@@ -592,15 +593,15 @@ def _save(array: np.ndarray, path: Path, append: bool) -> None:
 @app.command()
 def run(
     artifact: Path = typer.Argument(..., metavar="ART.vmfb", help="A compiled artifact."),
-    function: Optional[str] = typer.Option(
+    function: str | None = typer.Option(
         None, "--function", "-f", metavar="NAME", help="The function to call (default: the only one)."),
-    inputs: Optional[List[str]] = typer.Option(
+    inputs: list[str] | None = typer.Option(
         None, "--input", "-i", metavar="SPEC",
         help="One argument, in order: 2x2xf32=1,2,3,4 | f32=3 | 2x2xf32=@raw.bin | @x.npy (repeat per argument)."),
-    device: Optional[str] = typer.Option(
+    device: str | None = typer.Option(
         None, "--device", "-d",
         help="IREE driver: local-task, local-sync, vulkan, cuda, hip (default: the artifact's)."),
-    outputs: Optional[List[str]] = typer.Option(
+    outputs: list[str] | None = typer.Option(
         None, "--output", metavar="SPEC",
         help="Per result, in order: @out.npy (write), +out.npy (append), - (print), '' (skip). "
              "Results past the last --output are printed."),

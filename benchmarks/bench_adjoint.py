@@ -62,7 +62,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -171,7 +171,7 @@ class Program:
 
     @classmethod
     def load(cls, label: str, build: int, vmfb: bytes, function: str, inputs: Sequence[np.ndarray],
-             driver: str = "local-task") -> "Program":
+             driver: str = "local-task") -> Program:
         config = device_config(driver)
         context = rt.SystemContext(config=config)
         module = rt.VmModule.copy_buffer(context.instance, vmfb)
@@ -314,10 +314,10 @@ def bench_mlp(args: argparse.Namespace, table: list[tuple[str, str, str]]) -> di
         seconds, lowered = timed(lambda: mlp_loss().lower())
         trace_s.append(seconds)
         forward_text = lowered.mlir
-        seconds, module_text = timed(lambda: ig.passes.differentiate(forward_text, "loss", with_value=True))
+        seconds, module_text = timed(lambda text=forward_text: ig.passes.differentiate(text, "loss", with_value=True))
         adjoint_s.append(seconds)
-        seconds, params_text = timed(lambda: ig.passes.differentiate(
-            forward_text, "loss", wrt=params_only, with_value=True))
+        seconds, params_text = timed(lambda text=forward_text: ig.passes.differentiate(
+            text, "loss", wrt=params_only, with_value=True))
         adjoint_params_s.append(seconds)
         seconds, lowered = timed(lambda: mlp_loss_and_gradients().lower())
         grad_trace_s.append(seconds)
@@ -453,12 +453,12 @@ def bench_chain(args: argparse.Namespace, table: list[tuple[str, str, str]]) -> 
     modules: dict[int, str] = {}
     for r in range(args.rounds):
         for n in rotate(sizes, r):
-            seconds, _ = timed(lambda: chain_function(n).lower())
+            seconds, _ = timed(lambda n=n: chain_function(n).lower())
             trace_s[n].append(seconds)
-            seconds, modules[n] = timed(lambda: ig.passes.differentiate(texts[n], "chain", with_value=True))
+            seconds, modules[n] = timed(lambda n=n: ig.passes.differentiate(texts[n], "chain", with_value=True))
             adjoint_s[n].append(seconds)
             if not args.quick or n == sizes[0]:
-                seconds, _ = timed(lambda: chain_with_gradients(n).lower())
+                seconds, _ = timed(lambda n=n: chain_with_gradients(n).lower())
                 gradients_s[n].append(seconds)
 
     ratios = {}
@@ -579,7 +579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         peer = results["MLP irgrad value_and_grad / JAX value_and_grad"]
         sync = results["MLP irgrad value_and_grad / irgrad forward, local-sync"]
         print(f"MLP value_and_grad / forward: irgrad {vag:.2f}× ({sync:.2f}× on one thread), JAX {jax:.2f}× "
-              f"(target ≤ {TARGET_VAG_OVER_FORWARD}: {'met' if max(vag, sync) <= TARGET_VAG_OVER_FORWARD else 'MISSED'}); "
+              f"(target ≤ {TARGET_VAG_OVER_FORWARD}: "
+              f"{'met' if max(vag, sync) <= TARGET_VAG_OVER_FORWARD else 'MISSED'}); "
               f"irgrad / JAX value_and_grad = {peer:.2f}× under the same IREE")
     if "chain" not in args.skip:
         growth = results["chain_per_op_growth"]

@@ -89,7 +89,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -654,7 +654,8 @@ def print_summary(results: list[Result]) -> None:
         dagger = " †" if r.peer_note else ""
         rows.append([r.name, fmt_ratio(r, "grad/fwd"), fmt_ratio(r, "irgrad/jax_iree") + dagger,
                      fmt_ratio(r, "irgrad/xla"), fmt_ratio(r, "jax_iree/xla") + dagger,
-                     *(f"{t * 1e3:.3f}" if t == t else "—" for t in (grad, jaxi, xla)), comp, f"{r.error_irgrad:.1e}", status])
+                     *(f"{t * 1e3:.3f}" if t == t else "—" for t in (grad, jaxi, xla)), comp,
+                     f"{r.error_irgrad:.1e}", status])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) if i in (0, len(head) - 1) else c.rjust(w)  # noqa: E731
                                            for i, (c, w) in enumerate(zip(cells, widths))) + " |"

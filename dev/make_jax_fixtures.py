@@ -89,7 +89,7 @@ def _draw(rng, dtype, shape, dist):
                 break
             a = np.where(bad, rng.uniform(lo, hi, size=shape), a)
         else:
-            raise RuntimeError("could not draw values away from %r" % (points,))
+            raise RuntimeError(f"could not draw values away from {points!r}")
     elif dist[0] == "randint":
         a = rng.integers(dist[1], dist[2], size=shape)
     elif dist[0] == "value":
@@ -668,7 +668,7 @@ def _spec_shapes(spec):
     parts = []
     for dt, shape, _ in spec["args"]:
         tag = {F32: "f32", I32: "i32", U32: "u32"}[dt]
-        parts.append("%s[%s]" % (tag, "x".join(map(str, shape))))
+        parts.append("{}[{}]".format(tag, "x".join(map(str, shape))))
     return ", ".join(parts)
 
 
@@ -738,18 +738,17 @@ def write_readme(forward_notes=None):
         if c is None:
             continue
         ops = ", ".join("%s×%d" % (k, v) for k, v in sorted(c.items()))
-        out.append("| `%s` | %s | %s | %s |\n" % (spec["name"], spec["ops"], _spec_shapes(spec), ops))
+        out.append("| `{}` | {} | {} | {} |\n".format(spec["name"], spec["ops"], _spec_shapes(spec), ops))
 
     out.append("\n## Negative fixtures (irgrad must reject them with a clear error)\n\n")
     out.append("| fixture | content | args | expected error |\n| --- | --- | --- | --- |\n")
     for spec in NEGATIVE:
         if spec["name"] in per:
-            out.append("| `%s.mlir` | %s | %s | %s |\n"
-                       % (spec["name"], spec["ops"], _spec_shapes(spec), spec["error"]))
+            out.append("| `{}.mlir` | {} | {} | {} |\n".format(spec["name"], spec["ops"], _spec_shapes(spec), spec["error"]))
     out.append("\nTheir npz hold only `arg*` / `out*` (for the forward check).\n")
 
     union = Counter()
-    for name, c in per.items():
+    for c in per.values():
         for k in c:
             union[k] += 1
     pos_names = {s["name"] for s in FIXTURES}
@@ -759,11 +758,11 @@ def write_readme(forward_notes=None):
             for k in c:
                 union_pos[k] += 1
     out.append("\n## All distinct op names across the fixtures\n\n")
-    out.append("Counted with the regex `%s` (op position, so `#stablehlo.*` attributes are not "
+    out.append(f"Counted with the regex `{OP_RE.pattern}` (op position, so `#stablehlo.*` attributes are not "
                "counted; the reducer in `applies stablehlo.add` is), plus `call @` (`func.call`) and "
                "`func.func private`.  These are the adjoint rules irgrad needs "
                "(`stablehlo.return`, `stablehlo.constant`, integer/boolean ops and compares need "
-               "no real adjoint but must be handled).\n\n" % OP_RE.pattern)
+               "no real adjoint but must be handled).\n\n")
     out.append("| op | positive fixtures using it | all fixtures using it |\n| --- | --- | --- |\n")
     for k in sorted(union, key=lambda k: (-union[k], k)):
         out.append("| `%s` | %d | %d |\n" % (k, union_pos.get(k, 0), union[k]))
@@ -819,7 +818,7 @@ def main(argv):
     names = {s["name"] for s in FIXTURES + NEGATIVE}
     unknown = only - names
     if unknown:
-        raise SystemExit("unknown fixture(s): %s" % ", ".join(sorted(unknown)))
+        raise SystemExit("unknown fixture(s): {}".format(", ".join(sorted(unknown))))
     for spec in FIXTURES:
         if not only or spec["name"] in only:
             export_positive(spec)

@@ -288,7 +288,7 @@ def _relative(path: str) -> str:
 def export(fn, args) -> str:
     jit = tf.function(fn, jit_compile=True, autograph=False)
     text = jit.experimental_get_compiler_ir(*[tf.constant(a) for a in args])(stage="stablehlo")
-    return _PATH_RE.sub(lambda m: '"%s"' % _relative(m.group(1)), text)
+    return _PATH_RE.sub(lambda m: f'"{_relative(m.group(1))}"', text)
 
 
 def references(name, fn, args, rng) -> dict[str, np.ndarray]:

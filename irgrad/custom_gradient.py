@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import nest
 from .framework import Graph, Tensor

@@ -35,7 +35,7 @@ class DType:
         return self.name == "bool"
 
     @property
-    def base_dtype(self) -> "DType":
+    def base_dtype(self) -> DType:
         return self
 
     @property

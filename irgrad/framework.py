@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -66,7 +67,7 @@ class _State(threading.local):
 _state = _State()
 
 
-def get_default_graph() -> "Graph":
+def get_default_graph() -> Graph:
     """The graph ops are added to: the innermost ``as_default()`` or traced function."""
     if not _state.graphs:
         raise RuntimeError(f"no default graph. {_HOW_TO_TRACE}")
@@ -92,7 +93,7 @@ def _symbol(name: str) -> str:
 class Graph:
     """A dataflow graph under construction: one ``func.func`` in its own MLIR module."""
 
-    def __init__(self, name: str = "main", parent: "Graph | None" = None):
+    def __init__(self, name: str = "main", parent: Graph | None = None):
         """A graph; with ``parent``, a private function in the parent's module that
         captures the parent's tensors as extra arguments (custom-gradient bodies)."""
         self.parent = parent
@@ -130,7 +131,7 @@ class Graph:
         self._symbols.add(name)
         return name
 
-    def capture(self, t: "Tensor") -> "Tensor":
+    def capture(self, t: Tensor) -> Tensor:
         """``t`` (from an enclosing graph) as a tensor of this graph: an extra argument."""
         if t.graph is self:
             return t
@@ -161,7 +162,7 @@ class Graph:
 
     # --- scoping ---
     @contextlib.contextmanager
-    def as_default(self) -> Iterator["Graph"]:
+    def as_default(self) -> Iterator[Graph]:
         _state.graphs.append(self)
         try:
             yield self
@@ -182,7 +183,7 @@ class Graph:
         with context(), ir.InsertionPoint(self._blocks[-1]), ir.Location.name(unique):
             yield unique
 
-    def set_gradient(self, t: "Tensor", name: str) -> None:
+    def set_gradient(self, t: Tensor, name: str) -> None:
         """Use the gradient registered under ``name`` for the op producing ``t``."""
         self.op_gradient_names[t.value.owner.operation] = name
 
@@ -215,7 +216,7 @@ class Graph:
         return self._blocks[0]
 
     # --- arguments ---
-    def add_argument(self, shape: Sequence[int], dtype: dtypes.DType, name: str) -> "Tensor":
+    def add_argument(self, shape: Sequence[int], dtype: dtypes.DType, name: str) -> Tensor:
         unique = self.unique_name(name)
         with context():
             value = self.entry_block.add_argument(
@@ -223,7 +224,7 @@ class Graph:
         self._arg_names[value] = unique
         return Tensor(value, self)
 
-    def wrap_op(self, op: ir.Operation) -> "Operation":
+    def wrap_op(self, op: ir.Operation) -> Operation:
         op = op.operation
         w = self._ops.get(op)
         if w is None:
@@ -233,7 +234,7 @@ class Graph:
     def arg_name(self, value: ir.Value) -> str:
         return self._arg_names.get(value, "arg")
 
-    def finish(self, results: Sequence["Tensor"] | Sequence[ir.Value]) -> None:
+    def finish(self, results: Sequence[Tensor] | Sequence[ir.Value]) -> None:
         """End the function: return ``results`` and fix the function type."""
         values = [r.value if isinstance(r, Tensor) else r for r in results]
         with context(), ir.Location.name("return"), ir.InsertionPoint(self.entry_block):
@@ -275,11 +276,11 @@ class Operation:
             return self._op.name
 
     @property
-    def inputs(self) -> list["Tensor"]:
+    def inputs(self) -> list[Tensor]:
         return [Tensor(v, self.graph) for v in self._op.operands]
 
     @property
-    def outputs(self) -> list["Tensor"]:
+    def outputs(self) -> list[Tensor]:
         return [Tensor(v, self.graph) for v in self._op.results]
 
     @property
@@ -310,7 +311,7 @@ class _Placeholder:
     type = "Placeholder"
     inputs: list = []
 
-    def __init__(self, tensor: "Tensor"):
+    def __init__(self, tensor: Tensor):
         self.graph = tensor.graph
         self.name = tensor.graph.arg_name(tensor.value)
         self.outputs = [tensor]
@@ -349,7 +350,7 @@ class Tensor:
     __slots__ = ("value", "graph", "__weakref__")
     __array_priority__ = 100  # numpy defers to our operators
 
-    def __new__(cls, value: ir.Value, graph: Graph) -> "Tensor":
+    def __new__(cls, value: ir.Value, graph: Graph) -> Tensor:
         # One Python object per SSA value, so `is` (and list equality) mean "same tensor"
         # while == is elementwise.
         t = graph._tensors.get(value)

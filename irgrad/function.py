@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class TensorSpec:
         self.name = name
 
     @classmethod
-    def from_value(cls, value) -> "TensorSpec":
+    def from_value(cls, value) -> TensorSpec:
         arr = np.asarray(value)
         return cls(arr.shape, dtypes.as_dtype(arr.dtype))
 
@@ -249,7 +250,7 @@ class Function:
         cf = self._concrete(key, with_specs)
         return cf.run(arrays, self.target, self.device, self.compile_flags)
 
-    def lower(self, *args, **kwargs) -> "Lowered":
+    def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (arrays, values or TensorSpecs) without running."""
         return Lowered(self.get_concrete_function(*args, **kwargs), self)
 

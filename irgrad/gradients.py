@@ -7,7 +7,8 @@ returned, combined, and differentiated again).
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from . import dtypes
 from .framework import Tensor

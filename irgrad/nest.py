@@ -1,7 +1,8 @@
 """Flatten and rebuild nested Python structures (tuple, list, dict, namedtuple)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 
 def _is_namedtuple(x) -> bool:

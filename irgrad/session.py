@@ -43,7 +43,7 @@ class Session:
         self._cache: dict[Any, tuple[ConcreteFunction, list[int]]] = {}
         self._closed = False
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:

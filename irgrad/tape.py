@@ -9,7 +9,7 @@ recording).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import nest
 from .framework import Tensor
@@ -33,7 +33,7 @@ class GradientTape:
         self._used = False
 
     # --- recording ---
-    def __enter__(self) -> "GradientTape":
+    def __enter__(self) -> GradientTape:
         self._graph = current_graph()
         self._block = self._graph.block
         self._start()

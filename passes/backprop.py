@@ -15,14 +15,14 @@ The adjoint ops are inserted at the ambient insertion point.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from . import hlo
 from .mlir import ir, is_float, loc_name
 from .registry import Cotangent, Rule, lookup
 
 AGGREGATIONS = ("add_n", "tree")
-RuleFor = Callable[[ir.Operation], Optional[Rule]]
+RuleFor = Callable[[ir.Operation], Rule | None]
 
 
 def op_inputs(op: ir.Operation) -> list[ir.Value]:

@@ -35,7 +35,7 @@ trip count, compile time independent of it).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 MAX_UNROLLED_OPS = 2048  # trip count × ops in the loop body
 MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)

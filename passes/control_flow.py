@@ -25,7 +25,7 @@ passes them to these rules after the op's operands (see ``op_inputs``).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import hlo
 from .regions import inline_region

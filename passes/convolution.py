@@ -110,7 +110,7 @@ def _transpose_lhs(ct: ir.Value, lhs: ir.Value, rhs: ir.Value, c: Conv) -> ir.Va
     rhs_d = _dilate(c.spatial(rhs, rsp), c.rhs_dilation)
     out_d = _dilate(c.spatial(ct, osp), c.strides)
     before = [r - lo - 1 for r, (lo, _) in zip(rhs_d, c.padding)]
-    padding = [(b, l + r - 1 - o - b) for b, l, r, o in zip(before, lhs_d, rhs_d, out_d)]
+    padding = [(b, lh + r - 1 - o - b) for b, lh, r, o in zip(before, lhs_d, rhs_d, out_d)]
     out = hlo.convolution(ct, hlo.reverse(rhs, list(rsp[2:])), (osp, _swap(rsp), lsp),
                           strides=c.lhs_dilation, padding=padding, lhs_dilation=c.strides,
                           rhs_dilation=c.rhs_dilation, feature_group_count=groups,
@@ -125,7 +125,7 @@ def _transpose_rhs(ct: ir.Value, lhs: ir.Value, rhs: ir.Value, c: Conv) -> ir.Va
     lhs_d = _dilate(c.spatial(lhs, lsp), c.lhs_dilation)
     rhs_d = _dilate(c.spatial(rhs, rsp), c.rhs_dilation)
     out_d = _dilate(c.spatial(ct, osp), c.strides)
-    padding = [(lo, o - l + r - lo - 1) for (lo, _), l, r, o in zip(c.padding, lhs_d, rhs_d, out_d)]
+    padding = [(lo, o - lh + r - lo - 1) for (lo, _), lh, r, o in zip(c.padding, lhs_d, rhs_d, out_d)]
     return hlo.convolution(lhs, ct, (_swap(lsp), _swap(osp), _swap(rsp)),
                            strides=c.rhs_dilation, padding=padding, lhs_dilation=c.lhs_dilation,
                            rhs_dilation=c.strides, feature_group_count=c.batch_groups,

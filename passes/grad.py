@@ -13,7 +13,7 @@ canonicalize + cse and verified.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import hlo
 from .backprop import backprop

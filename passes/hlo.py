@@ -8,8 +8,8 @@ computed here from the operand types; callers that want user-facing errors
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from typing import Sequence
+from functools import cache
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ def i64(value: int) -> ir.Attribute:
     return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parsed(text: str) -> ir.Attribute:
     with context():
         return ir.Attribute.parse(text)

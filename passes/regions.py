@@ -15,7 +15,7 @@ IREE compiles it by inlining the decomposition):
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import hlo
 from .backprop import backprop_local

@@ -15,11 +15,11 @@ driver and build ops through :mod:`.hlo`.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from .mlir import ir
 
-Cotangent = Optional[ir.Value]
+Cotangent = ir.Value | None
 Rule = Callable[[ir.Operation, Sequence[Cotangent]], Sequence[Cotangent]]
 
 RULES: dict[str, Rule] = {}

@@ -81,7 +81,7 @@ class Artifact:
         atomic_write(Path(str(path) + SIDECAR_SUFFIX), sidecar.encode())
         return path
 
-    def load(self, device: str | None = None) -> "Module":
+    def load(self, device: str | None = None) -> Module:
         """Loads this artifact on ``device`` (see ``irgrad.runtime.load``)."""
         from .loader import load
 

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 _MEMORY_CACHE_SIZE = 64
-_memory_cache: "collections.OrderedDict[str, Artifact]" = collections.OrderedDict()
+_memory_cache: collections.OrderedDict[str, Artifact] = collections.OrderedDict()
 _stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0}
 
 # An f64 element type anywhere: tensor<f64>, tensor<3xf64>, complex<f64>.

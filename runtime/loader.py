@@ -10,7 +10,8 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .signature import Signature, TensorType
 __all__ = ["load", "Module", "Function"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _element_types() -> dict[str, tuple[np.dtype, Any]]:
     """dtype name -> (numpy storage dtype, HalElementType)."""
     import iree.runtime as rt
@@ -65,7 +66,7 @@ def _fmt_shape(shape: Sequence[int | None]) -> str:
 class Function:
     """A callable public function of a loaded Module."""
 
-    def __init__(self, module: "Module", signature: Signature, vm_function: Any) -> None:
+    def __init__(self, module: Module, signature: Signature, vm_function: Any) -> None:
         self._module = module
         self._vm_function = vm_function
         self.signature = signature

@@ -7,7 +7,7 @@ import enum
 import platform
 import re
 import shlex
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["Target", "CompileOptions"]
 
@@ -25,7 +25,7 @@ class Target(str, enum.Enum):
         return self.value
 
     @classmethod
-    def parse(cls, value: "str | Target") -> "Target":
+    def parse(cls, value: str | Target) -> Target:
         """Returns the target named by ``value`` (aliases ``cpu`` and ``vulkan`` accepted).
 
         Raises ValueError listing the allowed names.
@@ -214,7 +214,7 @@ class CompileOptions:
         number = int(re.match(r"sm_(\d+)", self.cuda_arch).group(1))
         return "sm_80" if number > 89 else self.cuda_arch
 
-    def replace(self, **changes: object) -> "CompileOptions":
+    def replace(self, **changes: object) -> CompileOptions:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -228,7 +228,7 @@ class CompileOptions:
         cuda_arch: str | None = None,
         rocm_arch: str | None = None,
         extra_flags: Iterable[str] = (),
-    ) -> "CompileOptions":
+    ) -> CompileOptions:
         """Builds options from command-line style values; ``None`` keeps a default."""
         given = {"cpu": cpu, "cuda_arch": cuda_arch, "rocm_arch": rocm_arch}
         return cls(

@@ -39,7 +39,8 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -380,7 +381,7 @@ def _merge(texts: Sequence[str]) -> str | None:
         names = re.findall(r"^#([\w$.-]+) = ", text, re.M)
         if names:
             alias = re.compile(r"#(" + "|".join(map(re.escape, names)) + r")(?![\w$.-])")
-            text = alias.sub(lambda m: f"#d{i}_{m.group(1)}", text)
+            text = alias.sub(lambda m, i=i: f"#d{i}_{m.group(1)}", text)
         lines = text.strip().splitlines()
         # "module {" ... "}", either maybe followed by a location: "} loc(...)".
         starts = [k for k, line in enumerate(lines) if re.fullmatch(r"module \{(?: loc\(.*\))?", line)]

@@ -74,11 +74,11 @@ class TensorType:
         return {"shape": list(self.shape), "dtype": self.dtype}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TensorType":
+    def from_json(cls, data: dict[str, Any]) -> TensorType:
         return cls(tuple(data["shape"]), str(data["dtype"]))
 
     @classmethod
-    def from_mlir(cls, text: str) -> "TensorType":
+    def from_mlir(cls, text: str) -> TensorType:
         """Parses an MLIR ranked tensor type such as ``tensor<2x?xf32>``."""
         match = re.fullmatch(r"\s*tensor<([^,>]*)>\s*", text)
         if match is None:
@@ -111,7 +111,7 @@ class Signature:
         }
 
     @classmethod
-    def from_json(cls, name: str, data: dict[str, Any]) -> "Signature":
+    def from_json(cls, name: str, data: dict[str, Any]) -> Signature:
         return cls(
             name,
             tuple(TensorType.from_json(t) for t in data["inputs"]),

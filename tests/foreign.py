@@ -34,17 +34,17 @@ class Fixtures:
     def text(self, name: str) -> str:
         return (self.directory / f"{name}.mlir").read_text()
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019 (one instance per fixture folder, alive for the session)
     def data(self, name: str) -> dict[str, np.ndarray]:
         with np.load(self.directory / f"{name}.npz") as z:
             return {k: z[k] for k in z.files}
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019 (one instance per fixture folder, alive for the session)
     def compiled(self, name: str):
         """@main, @main_grad and @main_vjp in one module, compiled once per fixture."""
         return ig.compile(passes.differentiate(self.text(name), "main", grad=True, vjp=True)).load()
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019 (one instance per fixture folder, alive for the session)
     def forward_only(self, name: str):
         return ig.compile(self.text(name)).load()
 

@@ -430,7 +430,7 @@ def test_artifact_from_another_iree_version(tmp_path):
         rt.load(tmp_path / "old.vmfb")
     # Metadata embedded in the artifact itself.
     info = json.dumps({"target": "vmvx", "iree_compiler": "2.9.1"})
-    reflection = '{iree.reflection = {"irgrad.artifact" = %s}}' % json.dumps(info)
+    reflection = f'{{iree.reflection = {{"irgrad.artifact" = {json.dumps(info)}}}}}'
     text = MLIR_F32.replace("-> tensor<2xf32> {", f"-> tensor<2xf32> attributes {reflection} {{", 1)
     vmfb = ic.compile_str(text, target_backends=["vmvx"], input_type="stablehlo")
     with pytest.raises(rt.ArtifactError, match="2.9.1"):

@@ -90,7 +90,7 @@ DIFFERS: dict[str, str] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _refs():
     with np.load(FIXTURES / "references.npz") as z:
         return {k: z[k] for k in z.files}
@@ -104,7 +104,7 @@ def _args(name: str) -> list[np.ndarray]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _variables(name: str) -> dict:
     c = cases.by_name(name)
     return {k: ig.Variable(np.asarray(v), trainable=t, name=k) for k, (v, t) in c.variables.items()}
@@ -124,7 +124,7 @@ def _run_one(c) -> tuple[str, object]:
         return "error", e
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _group_results(group: str) -> dict[str, tuple[str, object]]:
     members = [c for c in cases.CASES if c.group == group]
     results: dict[str, tuple[str, object]] = {}
@@ -134,7 +134,7 @@ def _group_results(group: str) -> dict[str, tuple[str, object]]:
             variables = _variables(c.name)
             specs = [ig.TensorSpec(a.shape, a.dtype) for a in _args(c.name)]
             try:
-                _function(lambda *a: c.fn(T, *a, **variables), c.name).lower(*specs)
+                _function(lambda *a: c.fn(T, *a, **variables), c.name).lower(*specs)  # noqa: B023 (traced here)
             except Exception as e:  # noqa: BLE001
                 results[c.name] = ("error", e)
             else:

@@ -8,7 +8,7 @@ implicit captures, which the adjoint of ``case`` handles.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .. import nest
 from ..framework import Tensor

@@ -1,7 +1,7 @@
 """Conversion to tensors, dtype and broadcasting rules shared by every op."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

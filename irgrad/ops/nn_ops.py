@@ -1,7 +1,7 @@
 """``ig.nn``: activations, softmax losses, NHWC convolution and pooling (TensorFlow semantics)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..framework import Tensor
 from ..gradients import RELU_GRADIENT

@@ -91,7 +91,7 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
     return emit(name, build)
 
 
-def _to_batch(t: Tensor, batch) -> "hlo.Value":
+def _to_batch(t: Tensor, batch) -> hlo.Value:
     shape = tuple(batch) + tuple(t.shape[-2:])
     if tuple(t.shape) == shape:
         return t.value
