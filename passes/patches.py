@@ -42,6 +42,11 @@ class Windows:
     def taps(self) -> int:
         return math.prod(self.window)
 
+    @property
+    def disjoint(self) -> bool:
+        """No two windows share an element, and no window skips one (window ≤ stride, no dilation)."""
+        return all(k <= s and (d == 1 or k == 1) for k, s, d in zip(self.window, self.strides, self.dilation))
+
     def padded(self, x_shape: Sequence[int]) -> list[int]:
         return [d + lo + hi for d, (lo, hi) in zip(x_shape, self.padding)]
 
@@ -63,7 +68,7 @@ def patches(x: ir.Value, pad_value: ir.Value, w: Windows, axis: int) -> ir.Value
     rank, xs = len(shape(x)), shape(x)
     xp = hlo.pad(x, pad_value, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], [0] * rank)
     out = w.output(xs)
-    if all(k <= s and (d == 1 or k == 1) for k, s, d in zip(w.window, w.strides, w.dilation)):
+    if w.disjoint:
         return _disjoint_patches(xp, pad_value, out, w, axis)
     taps = []
     for k in w.offsets():
@@ -111,7 +116,7 @@ def col2im(y: ir.Value, x_shape: Sequence[int], w: Windows, axis: int) -> ir.Val
              [("o", i) for i in range(axis, rank)]
     y = hlo.reshape(y, out[:axis] + list(w.window) + out[axis:])
     zero = hlo.zeros(tensor_type([], elem(y)))
-    if all(k <= s for k, s in zip(w.window, w.strides)):
+    if w.disjoint:
         total = _disjoint(y, labels, out, w, w.padded(x_shape), zero)
     else:
         total = _per_offset(y, labels, out, w, w.padded(x_shape), zero)

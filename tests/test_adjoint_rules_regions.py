@@ -78,6 +78,8 @@ CONV_CASES = {
     "stride_not_dividing": conv_case([1, 8, 7, 2], [3, 2, 2, 2], stride=[3, 2]),
     "lhs_dilation": conv_case([1, 4, 4, 2], [3, 3, 2, 3], pad=[[1, 1], [1, 1]], lhs_dil=[2, 2]),
     "rhs_dilation": conv_case([1, 7, 7, 2], [3, 3, 2, 2], pad=[[2, 2], [2, 2]], rhs_dil=[2, 2]),
+    # window ≤ stride but dilated: windows skip elements, so not the disjoint col2im path
+    "dilated_kernel_at_stride": conv_case([1, 9, 8, 2], [2, 2, 2, 3], stride=[2, 2], rhs_dil=[2, 2]),
     "all_dilations_strided": conv_case([1, 5, 6, 2], [2, 3, 2, 2], stride=[2, 1], pad=[[1, 0], [2, 1]],
                                        lhs_dil=[2, 1], rhs_dil=[1, 2]),
     "negative_padding": conv_case([1, 7, 7, 1], [3, 3, 1, 2], pad=[[-1, 0], [0, -2]]),
@@ -179,6 +181,24 @@ def test_max_window_has_one_winner_per_window():
     text, _ = window_case("max", [4], [2])
     (g,) = _vjp(text, [np.array([1.0, 3.0, 3.0, 2.0])], [np.ones(3)])
     np.testing.assert_array_equal(g, [0.0, 2.0, 1.0, 0.0])
+
+
+def test_overlapping_2d_max_pool_ties_go_to_the_first_winner_in_row_major_order():
+    """A 3×3 stride-2 pool over values with many ties (relu's zeros), against a numpy
+    select_and_scatter: the axis-at-a-time adjoint must pick the same winner."""
+    x = np.random.default_rng(7).integers(-1, 2, size=(7, 6)).clip(0).astype(np.float64)
+    x[2, :] = 1.0  # a row of equal maxima
+    text, _ = window_case("max", [7, 6], [3, 3], [2, 2], [[1, 1], [0, 1]])
+    ct = np.arange(1.0, 13.0).reshape(4, 3)
+    xp = np.pad(x, [(1, 1), (0, 1)], constant_values=-np.inf)
+    want = np.zeros_like(xp)
+    for i in range(4):
+        for j in range(3):
+            window = xp[2 * i:2 * i + 3, 2 * j:2 * j + 3]
+            k = int(np.argmax(window == window.max()))  # first in row-major order
+            want[2 * i + k // 3, 2 * j + k % 3] += ct[i, j]
+    (g,) = _vjp(text, [x], [ct])
+    np.testing.assert_array_equal(g, want[1:-1, :-1])
 
 
 def test_max_window_gradient_has_no_select_and_scatter():
