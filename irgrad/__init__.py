@@ -6,7 +6,7 @@
     def loss(x):
         return ig.reduce_sum(ig.tanh(x) ** 2)
 """
-__version__ = "0.1.0"
+from .version import __version__
 
 from . import passes, runtime  # noqa: F401
 from .dtypes import (DType, as_dtype, bfloat16, bool_ as bool, double, float16, float32, float64, half,  # noqa: A004

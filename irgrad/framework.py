@@ -22,7 +22,7 @@ from . import dtypes
 from .passes import hlo
 from .passes.mlir import context, dtype_name, elem, element_type, ir, shape as value_shape
 
-_HOW_TO_TRACE = (
+HOW_TO_TRACE = (
     "irgrad ops build a graph: call them inside a function decorated with @ig.function, "
     "or inside `with ig.Graph().as_default():`")
 
@@ -70,7 +70,7 @@ _state = _State()
 def get_default_graph() -> Graph:
     """The graph ops are added to: the innermost ``as_default()`` or traced function."""
     if not _state.graphs:
-        raise RuntimeError(f"no default graph. {_HOW_TO_TRACE}")
+        raise RuntimeError(f"no default graph. {HOW_TO_TRACE}")
     return _state.graphs[-1]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from .ops.core import as_numpy, convert_to_tensor
 from .passes.legalize import legalize_text
 from .passes.mlir import ir, run_pipeline, verify
 from .variables import Variable
+from .version import __version__
 from .runtime import Artifact, CompileOptions, compile as compile_ir
 
 EMIT_PIPELINE = "builtin.module(func.func(canonicalize,cse),symbol-dce)"
@@ -57,7 +59,6 @@ class TensorSpec:
 
 
 def _symbol(name: str) -> str:
-    import re
     name = re.sub(r"[^A-Za-z0-9_]", "_", name or "fn")
     return name if not name[0].isdigit() else "_" + name
 
@@ -99,7 +100,6 @@ class ConcreteFunction:
 
 
 def _producer() -> str:
-    from . import __version__
     return f"irgrad {__version__}"
 
 
@@ -198,7 +198,7 @@ class Function:
                     if not lowering or leaf != spec:
                         raise TypeError(f"argument {i}: {leaf!r} does not match the input_signature's {spec!r}")
                     continue
-                arrays.append(_conform(leaf, spec, i, self.name))
+                arrays.append(conform(leaf, spec, i, self.name))
             specs = list(self.input_signature)
             return ("signature",), (tuple(specs[:len(args)]), dict(zip(kwargs, specs[len(args):]))), arrays
 
@@ -310,7 +310,7 @@ def _structure_key(structure) -> Any:
     return "."
 
 
-def _conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
+def conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
     if isinstance(value, Tensor):
         raise TypeError(f"{fname}(): argument {index} is a symbolic tensor; pass numpy arrays")
     if isinstance(value, np.ndarray) and dtypes.as_dtype(value.dtype) != spec.dtype:

@@ -12,9 +12,10 @@ from collections.abc import Callable
 
 from . import dtypes
 from .framework import Tensor
+from .ops.array_ops import ones_like
 from .ops.core import convert_to_tensor, current_graph
 from .passes import backprop, hlo
-from .passes.mlir import context, ir
+from .passes.mlir import context, dtype_name, elem, ir
 from .passes.registry import RULES, NONDIFFERENTIABLE
 
 
@@ -38,7 +39,7 @@ _AGGREGATIONS = {AggregationMethod.ADD_N: "add_n", AggregationMethod.EXPERIMENTA
                  AggregationMethod.EXPERIMENTAL_ACCUMULATE_N: "add_n"}
 
 
-def _unconnected(value) -> UnconnectedGradients:
+def unconnected_policy(value) -> UnconnectedGradients:
     try:
         return UnconnectedGradients(value)
     except ValueError:
@@ -56,7 +57,7 @@ def _aggregation(value) -> str:
     return _AGGREGATIONS[value]
 
 
-def _as_list(x) -> list:
+def as_list(x) -> list:
     if isinstance(x, (list, tuple)):
         return list(x)
     return [x]
@@ -94,22 +95,6 @@ def no_gradient(op_type: str) -> None:
 
 NotDifferentiable = no_gradient
 
-# Frontend ops whose TensorFlow gradient is not their StableHLO lowering's (see their ops).
-NO_GRADIENT = "irgrad.NoGradient"
-RELU_GRADIENT = "irgrad.Relu"
-_USER_GRADIENTS[NO_GRADIENT] = None
-
-
-def _relu_gradient(op, grad):
-    """TensorFlow's ReluGrad: dy * (x > 0), so 0 at 0 and at NaN (relu is maximum(0, x))."""
-    from .ops import greater, where, zeros_like
-    x = op.inputs[1]
-    return None, where(greater(x, 0), grad, zeros_like(grad))
-
-
-_USER_GRADIENTS[RELU_GRADIENT] = _relu_gradient
-
-
 def _no_gradient_rule(op, cts):
     return (None,) * len(op.operands)
 
@@ -120,7 +105,7 @@ def _user_rule(graph, fn: Callable):
         grads = [Tensor(ct if ct is not None else hlo.zeros(r.type), graph) for ct, r in zip(cts, op.results)]
         with graph.as_default(), graph.in_block(graph.block):
             out = fn(graph.wrap_op(op), *grads)
-        out = _as_list(out) if out is not None else [None]
+        out = as_list(out) if out is not None else [None]
         if len(out) != len(op.operands):
             raise ValueError(f"gradient function for '{op.name}' returned {len(out)} gradients, expected "
                              f"{len(op.operands)} (one per input)")
@@ -132,11 +117,10 @@ def _user_rule(graph, fn: Callable):
 
 
 def _dtype(v: ir.Value) -> str:
-    from .passes.mlir import dtype_name, elem
     return dtype_name(elem(v))
 
 
-def _rule_for(graph) -> Callable[[ir.Operation], Any]:
+def graph_rule_lookup(graph) -> Callable[[ir.Operation], Any]:
     def rule_for(op: ir.Operation):
         override = graph.op_gradient_names.get(op)
         if override is not None:
@@ -160,12 +144,12 @@ def gradients(ys, xs, grad_ys=None, name: str = "gradients", gate_gradients: boo
               unconnected_gradients=UnconnectedGradients.NONE) -> list[Tensor | None]:
     """Symbolic ``sum(dy/dx)`` over ``ys`` for each ``x`` in ``xs`` (``tf.gradients``)."""
     graph = current_graph()
-    unconnected = _unconnected(unconnected_gradients)
+    unconnected = unconnected_policy(unconnected_gradients)
     aggregation = _aggregation(aggregation_method)
-    ys = [convert_to_tensor(y) for y in _as_list(ys)]
-    xs = [_source(x, graph) for x in _as_list(xs)]
-    seeds = _seeds(ys, grad_ys)
-    stop = [t.value.owner.operation for t in (_source(s, graph) for s in _as_list(stop_gradients or []))
+    ys = [convert_to_tensor(y) for y in as_list(ys)]
+    xs = [source_tensor(x, graph) for x in as_list(xs)]
+    seeds = seed_tensors(ys, grad_ys)
+    stop = [t.value.owner.operation for t in (source_tensor(s, graph) for s in as_list(stop_gradients or []))
             if isinstance(t.value, ir.OpResult)]
     return compute_gradients(graph, ys, xs, seeds, name=name, gate=gate_gradients, aggregation=aggregation,
                              stop=stop, unconnected=unconnected)
@@ -178,14 +162,14 @@ def compute_gradients(graph, ys: list[Tensor], xs: list[Tensor], seeds: list[Ten
     scope = graph.unique_name(name or "gradients")
     with context(), ir.InsertionPoint(graph.block), ir.Location.name(scope):
         grads = backprop([y.value for y in ys], [s.value if s is not None else None for s in seeds],
-                         [x.value for x in xs], stop=stop, rule_for=_rule_for(graph),
+                         [x.value for x in xs], stop=stop, rule_for=graph_rule_lookup(graph),
                          aggregation=aggregation, gate=gate, name=scope, allow=allow)
         if unconnected is UnconnectedGradients.ZERO:
             grads = [g if g is not None else hlo.zeros(x.value.type) for g, x in zip(grads, xs)]
     return [None if g is None else Tensor(g, graph) for g in grads]
 
 
-def _source(x, graph) -> Tensor:
+def source_tensor(x, graph) -> Tensor:
     """The tensor a source stands for (a variable: the argument its reads use)."""
     if isinstance(x, Tensor):
         if x.graph is not graph:
@@ -198,11 +182,11 @@ def _source(x, graph) -> Tensor:
     raise TypeError(f"gradients: expected tensors or variables, got {type(x).__name__} {x!r}")
 
 
-def _seeds(ys: list[Tensor], grad_ys) -> list[Tensor | None]:
+def seed_tensors(ys: list[Tensor], grad_ys) -> list[Tensor | None]:
     if grad_ys is None:
         grad_ys = [None] * len(ys)
     else:
-        grad_ys = _as_list(grad_ys)
+        grad_ys = as_list(grad_ys)
     if len(grad_ys) != len(ys):
         raise ValueError(f"Passed {len(grad_ys)} grad_ys for {len(ys)} ys")
     seeds = []
@@ -211,7 +195,6 @@ def _seeds(ys: list[Tensor], grad_ys) -> list[Tensor | None]:
             if not y.dtype.is_floating:
                 seeds.append(None)  # integer ys are constants: nothing to differentiate
                 continue
-            from .ops import ones_like
             seeds.append(ones_like(y, name="grad_ys"))
             continue
         if isinstance(g, Tensor):

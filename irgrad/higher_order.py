@@ -10,8 +10,8 @@ computes them all (TensorFlow builds Hessians with a ``while_loop`` of
 from __future__ import annotations
 
 from .framework import Tensor
-from .gradients import UnconnectedGradients, _as_list, _rule_for, _source, _unconnected, gradients
-from .ops.array_ops import reshape, stop_gradient
+from .gradients import UnconnectedGradients, as_list, graph_rule_lookup, source_tensor, unconnected_policy, gradients
+from .ops.array_ops import reshape, stop_gradient, zeros
 from .ops.core import convert_to_tensor, current_graph, emit
 from .ops.math_ops import multiply
 from .passes import backprop, hlo
@@ -50,7 +50,8 @@ def vjp_rows(y: Tensor, x: Tensor, name: str = "jacobian", allow=None) -> Tensor
             index = hlo.iota([n], i32.element_type, 0)
             one_hot = hlo.compare(index, hlo.broadcast_in_dim(i, [n], []), "EQ")
             seed = hlo.select(one_hot, hlo.ones(y_flat.value.type), hlo.zeros(y_flat.value.type))
-            (g,) = backprop([y_flat.value], [seed], [x.value], rule_for=_rule_for(graph), name=name, allow=allow)
+            (g,) = backprop([y_flat.value], [seed], [x.value], rule_for=graph_rule_lookup(graph), name=name,
+                            allow=allow)
             row = hlo.reshape(g if g is not None else hlo.zeros(x.value.type), [1, m])
             acc = hlo.dynamic_update_slice(acc, row, [i, hlo.splat(0, i32)])
             hlo.return_([hlo.add(i, hlo.splat(1, i32)), acc], "stablehlo.return")
@@ -63,16 +64,15 @@ def vjp_rows(y: Tensor, x: Tensor, name: str = "jacobian", allow=None) -> Tensor
 def jacobian(y, x, unconnected_gradients=UnconnectedGradients.NONE, name: str = "jacobian"):
     """``dy/dx`` of shape ``y.shape + x.shape`` (a list when ``x`` is a list)."""
     graph = current_graph()
-    unconnected = _unconnected(unconnected_gradients)
+    unconnected = unconnected_policy(unconnected_gradients)
     y = convert_to_tensor(y)
     single = not isinstance(x, (list, tuple))
-    xs = [_source(v, graph) for v in _as_list(x)]
-    out = [_jacobian_one(y, v, unconnected, name) for v in xs]
+    xs = [source_tensor(v, graph) for v in as_list(x)]
+    out = [jacobian_one(y, v, unconnected, name) for v in xs]
     return out[0] if single else out
 
 
-def _jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None):
-    from .ops.array_ops import zeros
+def jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None):
     if not y.dtype.is_floating or not x.dtype.is_floating or not connected(y, x):
         if unconnected is UnconnectedGradients.ZERO:
             return zeros(tuple(y.shape) + tuple(x.shape), x.dtype)
@@ -83,19 +83,19 @@ def _jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None):
 def hessians(ys, xs, gate_gradients: bool = False, aggregation_method=None, name: str = "hessians"):
     """For each ``x``: the Hessian of ``sum(ys)`` w.r.t. ``x``, of shape ``x.shape + x.shape``."""
     graph = current_graph()
-    xs_list = [_source(x, graph) for x in _as_list(xs)]
+    xs_list = [source_tensor(x, graph) for x in as_list(xs)]
     grads = gradients(ys, xs_list, gate_gradients=gate_gradients, aggregation_method=aggregation_method,
                       name=name)
     out = []
     for g, x in zip(grads, xs_list):
-        out.append(None if g is None else _jacobian_one(g, x, UnconnectedGradients.ZERO, name))
+        out.append(None if g is None else jacobian_one(g, x, UnconnectedGradients.ZERO, name))
     return out
 
 
 def hessian_vector_product(ys, xs, v):
     """``H v`` for ``H`` the Hessian of ``sum(ys)`` w.r.t. ``xs`` (TensorFlow's _hessian_vector_product)."""
-    xs = _as_list(xs)
-    v = _as_list(v)
+    xs = as_list(xs)
+    v = as_list(v)
     if len(v) != len(xs):
         raise ValueError("xs and v must have the same length.")
     grads = gradients(ys, xs)

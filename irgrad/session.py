@@ -7,7 +7,7 @@ import numpy as np
 
 from . import dtypes, nest
 from .framework import Graph, Operation, Tensor, get_default_graph, has_default_graph
-from .function import ConcreteFunction, TensorSpec, _conform, emit_text
+from .function import ConcreteFunction, TensorSpec, conform, emit_text
 from .ops.core import current_graph
 from .passes import hlo
 from .passes.mlir import context, ir, run_pipeline, verify
@@ -76,7 +76,7 @@ class Session:
         if entry is None:
             entry = self._cache[key] = self._build(tensors, feeds)
         concrete, sources = entry
-        arrays = [_conform(feeds[s.value], TensorSpec(s.shape, s.dtype), i, "Session.run")
+        arrays = [conform(feeds[s.value], TensorSpec(s.shape, s.dtype), i, "Session.run")
                   if isinstance(s, Tensor) else s.numpy() for i, s in enumerate(sources)]
         values = concrete.run(arrays, self._target, self._device, self._flags) if tensors else []
         self._apply_assignments(tensors, values)

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 
 from . import nest
 from .framework import Tensor
-from .gradients import UnconnectedGradients, _seeds, _source, _unconnected, compute_gradients
+from .gradients import UnconnectedGradients, seed_tensors, source_tensor, unconnected_policy, compute_gradients
+from .higher_order import jacobian_one
+from .ops.array_ops import zeros, zeros_like
 from .ops.core import convert_to_tensor, current_graph
 from .passes.backprop import active_ops
 from .passes.mlir import ir
@@ -149,12 +151,12 @@ class GradientTape:
                  unconnected_gradients=UnconnectedGradients.NONE):
         """d target / d sources (structure of sources), like ``tf.GradientTape.gradient``."""
         self._check_use()
-        unconnected = _unconnected(unconnected_gradients)
+        unconnected = unconnected_policy(unconnected_gradients)
         graph = self._graph
         targets = [convert_to_tensor(t) for t in nest.flatten(target)]
         flat_sources = nest.flatten(sources)
-        tensors = [_source(s, graph) for s in flat_sources]
-        seeds = _seeds(targets, None if output_gradients is None else nest.flatten(output_gradients))
+        tensors = [source_tensor(s, graph) for s in flat_sources]
+        seeds = seed_tensors(targets, None if output_gradients is None else nest.flatten(output_gradients))
         records = self._recorded()
         watched = [self._is_watched(s, t, records) for s, t in zip(flat_sources, tensors)]
         grads = compute_gradients(graph, targets, [t for t, w in zip(tensors, watched) if w], seeds,
@@ -165,7 +167,6 @@ class GradientTape:
             if w:
                 out.append(next(it))
             elif unconnected is UnconnectedGradients.ZERO:
-                from .ops.array_ops import zeros_like
                 out.append(zeros_like(t))
             else:
                 out.append(None)
@@ -174,20 +175,18 @@ class GradientTape:
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
                  parallel_iterations=None, experimental_use_pfor=True):
         """d target[i] / d source for every element i: shape target.shape + source.shape per source."""
-        from .higher_order import _jacobian_one
         self._check_use()
-        unconnected = _unconnected(unconnected_gradients)
+        unconnected = unconnected_policy(unconnected_gradients)
         graph = self._graph
         y = convert_to_tensor(target)
         flat_sources = nest.flatten(sources)
         out = []
         records = self._recorded()
         for s in flat_sources:
-            t = _source(s, graph)
+            t = source_tensor(s, graph)
             if self._is_watched(s, t, records):
-                out.append(_jacobian_one(y, t, unconnected, "tape_jacobian", allow=records))
+                out.append(jacobian_one(y, t, unconnected, "tape_jacobian", allow=records))
             elif unconnected is UnconnectedGradients.ZERO:
-                from .ops.array_ops import zeros
                 out.append(zeros(tuple(y.shape) + tuple(t.shape), t.dtype))
             else:
                 out.append(None)

@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 
 from . import dtypes
-from .framework import Tensor, has_default_graph
+from .framework import Tensor, TensorShape, has_default_graph
 from .ops.core import as_numpy, convert_to_tensor, current_graph
 
 _ids = itertools.count()
@@ -41,7 +41,6 @@ class Variable:
 
     @property
     def shape(self):
-        from .framework import TensorShape
         return TensorShape(self._value.shape)
 
     def numpy(self) -> np.ndarray:

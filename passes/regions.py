@@ -11,6 +11,9 @@ IREE compiles it by inlining the decomposition):
   ``@bwd(dr_0, ..., dr_{n-1}, o_0, ..., o_m) -> (do_0, ..., do_m)`` the gradient:
   one cotangent per operand, given the cotangent of every result and the
   operands. A cotangent returned as a splat zero constant means "no gradient".
+* ``stablehlo.composite "irgrad.relu" %x {decomposition = @max0}``: ``max(x, 0)``
+  with TensorFlow's ReluGrad, ``d x = ct where x > 0, else 0``: 0 at 0 and at NaN,
+  where ``maximum``'s own adjoint gives ties (and NaN) to ``x``.
 * any other composite is differentiated through its decomposition.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .registry import COMPOSITE_RULES, adjoint, composite_adjoint
 
 STOP_GRADIENT = "irgrad.stop_gradient"
 CUSTOM_GRADIENT = "irgrad.custom_gradient"
+RELU = "irgrad.relu"
 
 
 def composite_name(op: ir.Operation) -> str:
@@ -101,6 +105,14 @@ def _custom_gradient(op, cts):
     cts = [ct if ct is not None else hlo.zeros(r.type) for ct, r in zip(cts, op.results)]
     outs = inline_region(lookup_function(op, symbol(grad)), 0, [*cts, *op.operands])
     return [None if hlo.is_zero_constant(v) else v for v in outs]
+
+
+@composite_adjoint(RELU)
+def _relu(op, cts):
+    """d x = select(x > 0, ct, 0)"""
+    (x,), (ct,) = op.operands, cts
+    zeros = hlo.zeros(x.type)
+    return [hlo.select(hlo.compare(x, zeros, "GT"), ct, zeros)]
 
 
 def _through_decomposition(op, cts):

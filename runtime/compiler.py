@@ -125,7 +125,7 @@ def compile(
             return artifact
 
     text, metadata = _annotate(mlir_text, options, flags, producer)
-    vmfb = _compile_text(text, mlir_text, options, flags)
+    vmfb = compile_vmfb(text, mlir_text, options, flags)
     _stats["compiles"] += 1
     artifact = Artifact(vmfb=vmfb, target=options.target.value, options=options, metadata=metadata)
     if cache:
@@ -208,7 +208,7 @@ def _annotate(
     return text, metadata
 
 
-def _compile_text(text: str, original: str, options: CompileOptions, flags: list[str]) -> bytes:
+def compile_vmfb(text: str, original: str, options: CompileOptions, flags: list[str]) -> bytes:
     import iree.compiler as ic
 
     # flags() starts with --iree-input-type and --iree-hal-target-backends,

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .artifact import runtime_tool
-from .compiler import _compile_text, compile_flags
+from .compiler import compile_vmfb, compile_flags
 from .errors import CompileError, DeviceError
 from .options import CompileOptions, Target
 from .signature import Signature, parse_module, public_functions, signature_of
@@ -413,7 +413,7 @@ def _compile_benchmarks(dumps: list[Path], options: CompileOptions, flags: list[
     if merged is not None:
         try:
             path = folder / "dispatches.vmfb"
-            path.write_bytes(_compile_text(merged, merged, options, flags))
+            path.write_bytes(compile_vmfb(merged, merged, options, flags))
             return [path]
         except CompileError:
             pass  # compile them one by one
@@ -421,7 +421,7 @@ def _compile_benchmarks(dumps: list[Path], options: CompileOptions, flags: list[
     def one(item: tuple[Path, str]) -> Path:
         source, text = item
         path = folder / (source.stem + ".vmfb")
-        path.write_bytes(_compile_text(text, text, options, flags))
+        path.write_bytes(compile_vmfb(text, text, options, flags))
         return path
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -549,7 +549,7 @@ def profile_dispatches(
         dump = folder / "dump"
         vmfb = folder / "module.vmfb"
         dump_flag = f"--iree-hal-dump-executable-benchmarks-to={dump}"
-        vmfb.write_bytes(_compile_text(text, mlir_text, options, [*flags, dump_flag]))
+        vmfb.write_bytes(compile_vmfb(text, mlir_text, options, [*flags, dump_flag]))
         dumps = sorted(dump.glob("*.mlir")) if dump.is_dir() else []
         if not dumps:
             raise ValueError("IREE dumped no dispatch benchmarks for this module (no dispatches, or only "

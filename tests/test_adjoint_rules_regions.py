@@ -736,3 +736,31 @@ def test_second_order_case_inside_taped_scan(monkeypatch):
     monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
     text, args = LOOP_CASES["case_inside_scan"]
     check_module(passes.differentiate(text), args, func="f_grad")
+
+
+# ----- composites that carry a rule -----------------------------------------------------------
+
+_RELU = """func.func @f(%a: tensor<2x3xf64>) -> tensor<2x3xf64> {
+  %0 = stablehlo.composite "irgrad.relu" %a {decomposition = @max0} : (tensor<2x3xf64>) -> tensor<2x3xf64>
+  %1 = stablehlo.multiply %0, %a : tensor<2x3xf64>
+  return %1 : tensor<2x3xf64>
+}
+func.func private @max0(%x: tensor<2x3xf64>) -> tensor<2x3xf64> {
+  %z = stablehlo.constant dense<0.0> : tensor<2x3xf64>
+  %0 = stablehlo.maximum %z, %x : tensor<2x3xf64>
+  return %0 : tensor<2x3xf64>
+}"""
+
+
+def test_relu_composite():
+    x = np.array([[-1.3, 0.4, 2.0], [0.7, -0.2, -2.5]])
+    check_module(_RELU, [x], what="irgrad.relu composite")
+
+
+def test_relu_composite_is_zero_at_zero_and_nan():
+    """TensorFlow's ReluGrad, where maximum's own adjoint would give 1 at 0 and NaN."""
+    relu_only = _RELU.replace("  %1 = stablehlo.multiply %0, %a : tensor<2x3xf64>\n", "").replace(
+        "return %1", "return %0")
+    x = np.array([[0.0, np.nan, 1.0], [-1.0, 0.0, 2.0]])
+    (g,) = _vjp(relu_only, [x], [np.full((2, 3), 3.0)])
+    np.testing.assert_array_equal(g, [[0.0, 0.0, 3.0], [0.0, 0.0, 3.0]])

@@ -1,10 +1,10 @@
 """irgrad's ops (TensorFlow names and semantics) and the Tensor operators."""
 from ..framework import Tensor
 from .array_ops import (broadcast_to, concat, constant, expand_dims, fill, gather, getitem, one_hot, ones,
-                        ones_like, rank, reshape, shape, size, slice, squeeze, stack, stop_gradient, transpose,
+                        ones_like, rank, reshape, shape, size, slice, squeeze, stop_gradient, transpose,
                         unstack, zeros, zeros_like)
 from .control_flow import cond, while_loop
-from .core import convert_to_tensor
+from .core import convert_to_tensor, stack
 from .math_ops import (abs, add, cast, ceil, clip_by_value, cos, divide, equal, erf, exp, expm1, floor,
                        floordiv, greater, greater_equal, identity, less, less_equal, log, log1p,
                        logical_and, logical_not, logical_or, maximum, minimum, mod, multiply, negative,

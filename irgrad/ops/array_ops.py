@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 
 
 import numpy as np
@@ -12,7 +13,7 @@ from ..passes import hlo
 from ..passes.mlir import elem, ir
 from ..passes.regions import STOP_GRADIENT
 from .core import (as_numpy, broadcast_shape, constant_tensor, convert_to_tensor, current_graph, emit,
-                   normalize_axes, normalize_axis)
+                   normalize_axes, normalize_axis, same_dtype)
 
 
 # ----- constants -----
@@ -148,7 +149,7 @@ def squeeze(input, axis=None, name=None) -> Tensor:  # noqa: A002
 
 
 def concat(values, axis, name="concat") -> Tensor:
-    tensors = _same_dtype([convert_to_tensor(v) for v in values], name)
+    tensors = same_dtype([convert_to_tensor(v) for v in values], name)
     if len(tensors) == 1:
         return tensors[0]
     rank = tensors[0].ndim
@@ -160,35 +161,11 @@ def concat(values, axis, name="concat") -> Tensor:
     return emit(name, lambda: hlo.concatenate([t.value for t in tensors], axis))
 
 
-def stack(values, axis=0, name="stack") -> Tensor:
-    tensors = _same_dtype([convert_to_tensor(v) for v in values], name)
-    shape = tuple(tensors[0].shape)
-    for t in tensors[1:]:
-        if tuple(t.shape) != shape:
-            raise ValueError(f"{name}: shapes {shape} and {tuple(t.shape)} must be equal")
-    rank = len(shape) + 1
-    if not -rank <= axis < rank:
-        raise ValueError(f"{name}: axis {axis} out of range for rank {rank}")
-    axis %= rank
-    new = list(shape)
-    new.insert(axis, 1)
-    return emit(name, lambda: hlo.concatenate([hlo.reshape(t.value, new) for t in tensors], axis))
-
-
 def unstack(value, num=None, axis=0, name="unstack") -> list[Tensor]:
     x = convert_to_tensor(value)
     axis = normalize_axis(axis, x.ndim, name)
     index = [builtins.slice(None)] * axis
     return [x[tuple(index + [i])] for i in range(x.shape[axis])]
-
-
-def _same_dtype(tensors: list[Tensor], op: str) -> list[Tensor]:
-    if not tensors:
-        raise ValueError(f"{op}: needs at least one tensor")
-    for t in tensors[1:]:
-        if t.dtype != tensors[0].dtype:
-            raise TypeError(f"{op}: mixed dtypes {tensors[0].dtype.name} and {t.dtype.name}")
-    return tensors
 
 
 # ----- slicing -----
@@ -313,11 +290,9 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
                           hlo.broadcast_in_dim(idx.value, out, kept), "EQ")
         return hlo.select(hot, hlo.broadcast_in_dim(on.value, out, []), hlo.broadcast_in_dim(off.value, out, []))
 
-    result = emit(name or "one_hot", build)
-    # TensorFlow's OneHot is not differentiable: on_value / off_value get no gradient.
-    from ..gradients import NO_GRADIENT
-    result.graph.set_gradient(result, NO_GRADIENT)
-    return result
+    # TensorFlow's OneHot is not differentiable: on_value / off_value get no gradient, in the IR too.
+    on, off = stop_gradient(on), stop_gradient(off)
+    return emit(name or "one_hot", build)
 
 
 # ----- gradient markers -----
@@ -329,17 +304,22 @@ def stop_gradient(input, name=None) -> Tensor:  # noqa: A002
     decomposition is the identity, so the mark survives into saved modules
     and IREE compiles it to nothing.
     """
-    x = convert_to_tensor(input)
+    return unary_composite(STOP_GRADIENT, convert_to_tensor(input), lambda v: v, "identity", name or "StopGradient")
+
+
+def unary_composite(kind: str, x: Tensor, body: Callable[[ir.Value], ir.Value], key: str, name: str) -> Tensor:
+    """``stablehlo.composite kind (x)`` whose decomposition is ``body`` (one private function
+    per ``key`` and type): the op carries its gradient rule (``passes/regions.py``) into the IR."""
     graph = current_graph()
     t = x.value.type
 
-    def build_identity(fname: str) -> None:
+    def build(fname: str) -> None:
         _, block = hlo.func(fname, [t], [t], private=True)
         with ir.InsertionPoint(block):
-            hlo.return_([block.arguments[0]])
+            hlo.return_([body(block.arguments[0])])
 
-    fname = graph.private_function(f"identity_{_type_key(t)}", build_identity)
-    return emit(name or "StopGradient", lambda: hlo.composite(STOP_GRADIENT, [x.value], [t], fname))[0]
+    fname = graph.private_function(f"{key}_{_type_key(t)}", build)
+    return emit(name, lambda: hlo.composite(kind, [x.value], [t], fname))[0]
 
 
 def _type_key(t: ir.Type) -> str:
@@ -363,6 +343,6 @@ def size(input, out_type=dtypes.int32, name=None) -> Tensor:  # noqa: A002
 
 __all__ = [
     "constant", "fill", "zeros", "ones", "zeros_like", "ones_like", "reshape", "transpose",
-    "broadcast_to", "expand_dims", "squeeze", "concat", "stack", "unstack", "slice", "getitem",
+    "broadcast_to", "expand_dims", "squeeze", "concat", "unstack", "slice", "getitem",
     "stop_gradient", "shape", "rank", "size", "gather", "one_hot",
 ]

@@ -15,6 +15,7 @@ from ..framework import Tensor
 from ..passes import hlo
 from ..passes.backprop import captured_values
 from ..passes.mlir import ir
+from .array_ops import constant
 from .core import convert_to_tensor, current_graph
 from .math_ops import add, less, logical_and, where
 
@@ -119,7 +120,6 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
 
         cond = lambda *vs: less(vs[n + 1], maximum_iterations)  # noqa: E731
         structure = [*inits, True, 0]
-        from .array_ops import constant
         inits = inits + [constant(True, name=f"{name}/active"), constant(0, name=f"{name}/iterations")]
     with graph.op_scope(name, exact=True):
         draft, cond_block, body_block = hlo.while_([t.value for t in inits])

@@ -6,14 +6,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import dtypes
-from ..framework import Tensor, get_default_graph, has_default_graph, _HOW_TO_TRACE
+from ..framework import Tensor, get_default_graph, has_default_graph, HOW_TO_TRACE
 from ..passes import hlo
 from ..passes.mlir import element_type, ir
 
 
 def current_graph():
     if not has_default_graph():
-        raise RuntimeError(_HOW_TO_TRACE)
+        raise RuntimeError(HOW_TO_TRACE)
     return get_default_graph()
 
 
@@ -64,7 +64,6 @@ def convert_to_tensor(value, dtype=None, name: str = "Const") -> Tensor:
                              f"{t.dtype.name}")
         return t
     if isinstance(value, (list, tuple)) and any(_is_tensor_like(v) for v in _flat(value)):
-        from .array_ops import stack
         return stack([convert_to_tensor(v, dtype) for v in value])
     return constant_tensor(value, dtype, name)
 
@@ -161,3 +160,28 @@ def require(t: Tensor, op: str, *, floating: bool = False, numeric: bool = False
         raise TypeError(f"{op}: expected a floating-point tensor, got {t.dtype.name} ({t.name!r})")
     if numeric and t.dtype.is_bool:
         raise TypeError(f"{op}: expected a numeric tensor, got bool ({t.name!r})")
+
+
+def same_dtype(tensors: list[Tensor], op: str) -> list[Tensor]:
+    """``tensors``, checked non-empty and of one dtype (TypeError naming ``op`` otherwise)."""
+    if not tensors:
+        raise ValueError(f"{op}: needs at least one tensor")
+    for t in tensors[1:]:
+        if t.dtype != tensors[0].dtype:
+            raise TypeError(f"{op}: mixed dtypes {tensors[0].dtype.name} and {t.dtype.name}")
+    return tensors
+
+
+def stack(values, axis=0, name="stack") -> Tensor:
+    tensors = same_dtype([convert_to_tensor(v) for v in values], name)
+    shape = tuple(tensors[0].shape)
+    for t in tensors[1:]:
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: shapes {shape} and {tuple(t.shape)} must be equal")
+    rank = len(shape) + 1
+    if not -rank <= axis < rank:
+        raise ValueError(f"{name}: axis {axis} out of range for rank {rank}")
+    axis %= rank
+    new = list(shape)
+    new.insert(axis, 1)
+    return emit(name, lambda: hlo.concatenate([hlo.reshape(t.value, new) for t in tensors], axis))

@@ -14,7 +14,7 @@ def _unary(op: str, x, name: str, *, floating: bool = True) -> Tensor:
     return emit(name, lambda: hlo.unary(op, x.value))
 
 
-def _binary(op: str, x, y, name: str, *, numeric: bool = True) -> Tensor:
+def binary_op(op: str, x, y, name: str, *, numeric: bool = True) -> Tensor:
     x, y = convert_pair(x, y, name)
     if numeric:
         require(x, name, numeric=True)
@@ -25,15 +25,15 @@ def _binary(op: str, x, y, name: str, *, numeric: bool = True) -> Tensor:
 # ----- arithmetic -----
 
 def add(x, y, name=None) -> Tensor:
-    return _binary("stablehlo.add", x, y, name or "add")
+    return binary_op("stablehlo.add", x, y, name or "add")
 
 
 def subtract(x, y, name=None) -> Tensor:
-    return _binary("stablehlo.subtract", x, y, name or "sub")
+    return binary_op("stablehlo.subtract", x, y, name or "sub")
 
 
 def multiply(x, y, name=None) -> Tensor:
-    return _binary("stablehlo.multiply", x, y, name or "mul")
+    return binary_op("stablehlo.multiply", x, y, name or "mul")
 
 
 def divide(x, y, name=None) -> Tensor:
@@ -42,15 +42,15 @@ def divide(x, y, name=None) -> Tensor:
     if x.dtype.is_integer:
         target = dtypes.float32 if x.dtype.name in ("int8", "int16", "uint8", "uint16") else dtypes.float64
         x, y = cast(x, target), cast(y, target)
-    return _binary("stablehlo.divide", x, y, name or "truediv")
+    return binary_op("stablehlo.divide", x, y, name or "truediv")
 
 
 def floordiv(x, y, name=None) -> Tensor:
     x, y = convert_pair(x, y, name or "floordiv")
     if x.dtype.is_floating:
         return floor(divide(x, y), name=name or "floordiv")
-    q = _binary("stablehlo.divide", x, y, "floordiv")  # truncates toward zero
-    r = _binary("stablehlo.remainder", x, y, "floormod")
+    q = binary_op("stablehlo.divide", x, y, "floordiv")  # truncates toward zero
+    r = binary_op("stablehlo.remainder", x, y, "floormod")
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(y, 0)))
     return where(fix, subtract(q, 1), q, name=name or "floordiv")
 
@@ -58,13 +58,13 @@ def floordiv(x, y, name=None) -> Tensor:
 def mod(x, y, name=None) -> Tensor:
     """Python/TensorFlow floor modulo: the result has the sign of y."""
     x, y = convert_pair(x, y, name or "floormod")
-    r = _binary("stablehlo.remainder", x, y, "floormod")
+    r = binary_op("stablehlo.remainder", x, y, "floormod")
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(y, 0)))
     return where(fix, add(r, y), r, name=name or "floormod")
 
 
 def pow(x, y, name=None) -> Tensor:  # noqa: A001
-    return _binary("stablehlo.power", x, y, name or "pow")
+    return binary_op("stablehlo.power", x, y, name or "pow")
 
 
 def negative(x, name=None) -> Tensor:
@@ -86,11 +86,11 @@ def square(x, name=None) -> Tensor:
 
 
 def maximum(x, y, name=None) -> Tensor:
-    return _binary("stablehlo.maximum", x, y, name or "maximum")
+    return binary_op("stablehlo.maximum", x, y, name or "maximum")
 
 
 def minimum(x, y, name=None) -> Tensor:
-    return _binary("stablehlo.minimum", x, y, name or "minimum")
+    return binary_op("stablehlo.minimum", x, y, name or "minimum")
 
 
 # ----- transcendental -----
@@ -190,7 +190,7 @@ def greater_equal(x, y, name=None) -> Tensor:
 
 def _logical(op: str, x, y, name: str) -> Tensor:
     x, y = convert_to_tensor(x, dtypes.bool_), convert_to_tensor(y, dtypes.bool_)
-    return _binary(op, x, y, name, numeric=False)
+    return binary_op(op, x, y, name, numeric=False)
 
 
 def logical_and(x, y, name=None) -> Tensor:

@@ -4,12 +4,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..framework import Tensor
-from ..gradients import RELU_GRADIENT
 from ..passes import hlo
 from ..passes.mlir import tensor_type
-from .array_ops import stop_gradient
+from ..passes.regions import RELU
+from .array_ops import stop_gradient, unary_composite
 from .core import convert_to_tensor, element, emit, normalize_axis, require
-from .math_ops import (divide, exp, less, log, log1p, maximum, minimum, multiply, negative, subtract,
+from .math_ops import (divide, exp, less, log, log1p, minimum, multiply, negative, subtract,
                        where)
 from .reduce_ops import reduce_max, reduce_sum
 
@@ -17,11 +17,11 @@ from .reduce_ops import reduce_max, reduce_sum
 # ----- activations --------------------------------------------------------------------------
 
 def relu(features, name=None) -> Tensor:
-    """max(0, x) with TensorFlow's gradient dy * (x > 0): 0 at 0 and at NaN."""
+    """max(0, x) with TensorFlow's gradient dy * (x > 0): 0 at 0 and at NaN. Lowered to
+    ``stablehlo.composite "irgrad.relu"``, so an exported module keeps that gradient."""
     x = convert_to_tensor(features)
-    y = maximum(convert_to_tensor(0, x.dtype), x, name=name or "Relu")
-    x.graph.set_gradient(y, RELU_GRADIENT)
-    return y
+    return unary_composite(RELU, x, lambda v: hlo.binary("stablehlo.maximum", hlo.zeros(v.type), v), "relu",
+                           name or "Relu")
 
 
 _SOFTPLUS_THRESHOLD = {"float64": 40.0, "float32": 20.0}

@@ -6,9 +6,9 @@ import numpy as np
 from .. import dtypes
 from ..framework import Tensor
 from ..passes import hlo
-from .array_ops import reshape
+from .array_ops import reshape, transpose, zeros
 from .core import broadcast_shape, convert_pair, convert_to_tensor, emit, normalize_axes, require
-from .math_ops import _binary
+from .math_ops import binary_op
 
 
 def _reduce(kind: str, input_tensor, axis, keepdims: bool, name: str) -> Tensor:
@@ -54,7 +54,7 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     if count == 1:
         return total
-    return _binary("stablehlo.divide", total, count, "Mean")
+    return binary_op("stablehlo.divide", total, count, "Mean")
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
@@ -76,7 +76,6 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2], name)
     nb = len(batch)
     if ka == 0:  # an empty sum (IREE 3.13 crashes on a zero-size contraction)
-        from .array_ops import zeros
         m = a.shape[-1] if transpose_a else a.shape[-2]
         n = b.shape[-2] if transpose_b else b.shape[-1]
         return zeros(tuple(batch) + (m, n), a.dtype, name=name)
@@ -144,7 +143,6 @@ def einsum(equation: str, *inputs, name=None) -> Tensor:
         t, s = _einsum_pair(a, sa, b, sb, keep, name)
         tensors, specs = [t] + tensors[2:], [s] + specs[2:]
     t, s = _einsum_sum(tensors[0], specs[0], out, name)
-    from .array_ops import transpose
     return transpose(t, [s.index(c) for c in out]) if s != out else t
 
 
