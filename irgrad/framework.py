@@ -187,16 +187,27 @@ class Graph:
         """Use the gradient registered under ``name`` for the op producing ``t``."""
         self.op_gradient_names[t.value.owner.operation] = name
 
-    def apply_gradient_overrides(self, values: Sequence[ir.Value]) -> None:
-        """Record the override (if any) for the ops producing ``values``."""
-        for v in values:
-            if not isinstance(v, ir.OpResult):
+    # Set by irgrad.gradients, which builds on this module (a hook, not an import): reroutes an
+    # op's results through the IR form of the gradient registered under a name, or returns None
+    # when nothing is registered under it (yet).
+    express_gradient: Callable[[Graph, ir.Operation, str], list[ir.Value] | None] | None = None
+
+    def apply_gradient_overrides(self, values: Sequence[ir.Value]) -> list[ir.Value]:
+        """``values`` after the gradient_override_map in force: an overridden op's results
+        rerouted through its registered gradient, expressed in the IR. A name nothing has
+        registered yet is recorded and looked up when a gradient is taken."""
+        values = list(values)
+        ops = {v.owner.operation: None for v in values if isinstance(v, ir.OpResult)}
+        for op in ops:
+            name = next((m[op.name] for m in reversed(self.gradient_overrides) if op.name in m), None)
+            if name is None:
                 continue
-            op = v.owner.operation
-            for mapping in reversed(self.gradient_overrides):
-                if op.name in mapping:
-                    self.op_gradient_names[op] = mapping[op.name]
-                    break
+            new = Graph.express_gradient(self, op, name) if Graph.express_gradient else None
+            if new is None:
+                self.op_gradient_names[op] = name
+                continue
+            values = [new[list(op.results).index(x)] if x in list(op.results) else x for x in values]
+        return values
 
     @contextlib.contextmanager
     def in_block(self, block: ir.Block) -> Iterator[None]:

@@ -11,7 +11,8 @@ from typing import Any
 from collections.abc import Callable
 
 from . import dtypes
-from .framework import Tensor
+from .custom_gradient import attach_gradient
+from .framework import Graph, Tensor
 from .ops.array_ops import ones_like
 from .ops.core import convert_to_tensor, current_graph
 from .passes import backprop, hlo
@@ -94,6 +95,35 @@ def no_gradient(op_type: str) -> None:
 
 
 NotDifferentiable = no_gradient
+
+
+def express_gradient(graph: Graph, op: ir.Operation, name: str) -> list[ir.Value] | None:
+    """``op``'s results rerouted through an ``irgrad.custom_gradient`` composite whose gradient
+    is the function registered under ``name`` (traced now; ``None`` registered: no gradient),
+    so that the choice is in the IR and exported modules differentiate as ``ig.gradients``
+    does. None when nothing is registered under ``name`` yet: the name is then looked up when
+    a gradient is taken (``graph_rule_lookup``), as TensorFlow does."""
+    if name not in _USER_GRADIENTS:
+        return None
+    fn = _USER_GRADIENTS[name]
+    wrapped = graph.wrap_op(op)
+    ys = [Tensor(r, graph) for r in op.results]
+    xs = [Tensor(v, graph) for v in op.operands]
+
+    def grad_fn(*dys):
+        if fn is None:
+            return None
+        out = fn(wrapped, *dys)
+        out = as_list(out) if out is not None else [None]
+        if len(out) != len(xs):
+            raise ValueError(f"gradient function {name!r} for '{op.name}' returned {len(out)} gradients, "
+                             f"expected {len(xs)} (one per input)")
+        return out
+
+    return [t.value for t in attach_gradient(graph, ys, xs, [], grad_fn, name.replace(".", "_"))]
+
+
+Graph.express_gradient = staticmethod(express_gradient)
 
 def _no_gradient_rule(op, cts):
     return (None,) * len(op.operands)

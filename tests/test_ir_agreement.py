@@ -55,3 +55,28 @@ def test_relu_times_x_agrees(x):
     inside, outside = _both(lambda x: ig.reduce_sum(ig.nn.relu(x) * x), x)
     np.testing.assert_allclose(inside[0], [0.0, 0.0, 1.0, 6.0])
     np.testing.assert_allclose(outside[0], inside[0])
+
+
+@ig.RegisterGradient("test_ir_agreement.TanhTimesTen")
+def _tanh_times_ten(op, grad):
+    y = op.outputs[0]
+    return grad * (1 - y * y) * 10.0
+
+
+ig.no_gradient("test_ir_agreement.NoGradient")
+
+
+def _overridden(x):
+    graph = ig.get_default_graph()
+    with graph.gradient_override_map({"stablehlo.tanh": "test_ir_agreement.TanhTimesTen",
+                                      "stablehlo.exponential": "test_ir_agreement.NoGradient"}):
+        y = ig.tanh(x)
+        z = ig.exp(x)
+    return ig.reduce_sum(y + z * 0.5 + ig.sin(x))
+
+
+def test_overridden_tanh_and_a_no_gradient_override():
+    x = np.array([-0.7, 0.0, 0.4], np.float32)
+    inside, outside = _both(_overridden, x)
+    np.testing.assert_allclose(inside[0], 10 * (1 - np.tanh(x) ** 2) + np.cos(x), rtol=1e-6)
+    np.testing.assert_allclose(outside[0], inside[0], rtol=1e-6)

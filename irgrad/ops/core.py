@@ -129,9 +129,9 @@ def emit(name: str, build: Callable[..., ir.Value | Sequence[ir.Value]], graph=N
         out = build()
     values = [out] if isinstance(out, ir.Value) else list(out)
     if graph.gradient_overrides:
-        graph.apply_gradient_overrides(values)
+        values = graph.apply_gradient_overrides(values)
     if isinstance(out, ir.Value):
-        return Tensor(out, graph)
+        return Tensor(values[0], graph)
     return [Tensor(v, graph) for v in values]
 
 
