@@ -287,6 +287,23 @@ def test_pow_negative_base_integral_exponent_and_zero_to_zero(target, dtype):
     check(got["op"], want, rtol=1e-6, what="**")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_full_sum_of_a_broadcast_product_compiles(dtype):
+    """IREE 3.13 llvm-cpu rejects these valid programs ('vector.contract' op invalid
+    accumulator/result vector shape); irgrad reshapes the reduced operand first."""
+    @ig.function
+    def f(x, w):
+        return {"row_times_w": ig.reduce_sum(x[0] * w), "mean_times_x": ig.reduce_sum(ig.reduce_mean(x, 0) * x),
+                "rank3": ig.reduce_sum(ig.expand_dims(x, 1) * ig.ones([2, 5, 2], x.dtype))}
+
+    x = np.array([[0.5, -1.0], [2.0, 3.0]], dtype)
+    w = np.arange(6, dtype=dtype).reshape(3, 2)
+    got = f(x, w)
+    check(got["row_times_w"], np.sum(x[0] * w), rtol=1e-6, what="sum(x[0] * w)")
+    check(got["mean_times_x"], np.sum(x.mean(0) * x), rtol=1e-6, what="sum(mean(x, 0) * x)")
+    check(got["rank3"], 5 * np.sum(x), rtol=1e-6, what="sum(x[:, None] * ones)")
+
+
 WHERE_SHAPES = {"same": ((2, 3), (2, 3), (2, 3)), "c_col_x_row_y_scalar": ((3, 1), (1, 4), ()),
                 "rank3": ((4,), (2, 1, 4), (3, 1)), "scalar_cond": ((), (2,), (2,)),
                 "cond_widest": ((2, 3, 4), (4,), ())}
