@@ -141,11 +141,38 @@ def backprop(ys: Sequence[ir.Value], seeds: Sequence[Cotangent], xs: Sequence[ir
         terms = pending.get(v)
         if not terms:
             return None
+        if len(terms) > 1:  # symbolic zeros (splat zero constants) add nothing
+            terms[:] = [t for t in terms if not hlo.is_zero_constant(t)] or terms[:1]
         if len(terms) > 1:
             with ir.Location.name(f"{name}/AddN"):
                 terms[:] = [aggregate(terms, aggregation)]
         return terms[0]
 
+    _ACTIVE.append((set(order), set(ys)))
+    try:
+        _walk(order, pending, total, rule_for, gate, name)
+    finally:
+        _ACTIVE.pop()
+    return [total(x) for x in xs]
+
+
+# The active ops and the outputs of each backprop call in progress, innermost last.
+_ACTIVE: list[tuple[set[ir.Operation], set[ir.Value]]] = []
+
+
+def differentiated(op: ir.Operation) -> bool:
+    """Whether the innermost backprop call in progress differentiates through ``op``: for
+    rules whose result depends on how a value is used on the way to the outputs."""
+    return not _ACTIVE or op in _ACTIVE[-1][0]
+
+
+def is_output(v: ir.Value) -> bool:
+    """Whether ``v`` is one of the outputs the innermost backprop call differentiates
+    (every value is, outside of one)."""
+    return not _ACTIVE or v in _ACTIVE[-1][1]
+
+
+def _walk(order, pending, total, rule_for, gate, name) -> None:
     for op in reversed(order):
         cts = [total(r) for r in op.results]
         if all(ct is None for ct in cts):
@@ -159,6 +186,10 @@ def backprop(ys: Sequence[ir.Value], seeds: Sequence[Cotangent], xs: Sequence[ir
         with _grad_location(op, name):
             grads = list(rule(op, cts))
             _check(op, operands, grads)
+            if all(ct is None or hlo.is_zero_constant(ct) for ct in cts):
+                # Only symbolic zeros arrive: the operands the rule reaches get zeros, and
+                # what the rule built for them is dead code.
+                grads = [None if g is None else hlo.zeros(g.type) for g in grads]
             if gate and sum(g is not None for g in grads) > 1:
                 live = [i for i, g in enumerate(grads) if g is not None]
                 gated = hlo.optimization_barrier([grads[i] for i in live])
@@ -167,8 +198,6 @@ def backprop(ys: Sequence[ir.Value], seeds: Sequence[Cotangent], xs: Sequence[ir
         for v, g in zip(operands, grads):
             if g is not None and is_float(v):
                 pending.setdefault(v, []).append(g)
-
-    return [total(x) for x in xs]
 
 
 def backprop_local(outputs: Sequence[ir.Value], cts: Sequence[Cotangent], inputs: Sequence[ir.Value],
@@ -204,4 +233,5 @@ def _check(op: ir.Operation, operands: Sequence[ir.Value], grads: Sequence[Cotan
                 f"Original input type: {v.type}. Calculated input gradient type: {g.type}")
 
 
-__all__ = ["backprop", "backprop_local", "active_ops", "aggregate", "op_inputs", "captured_values", "AGGREGATIONS"]
+__all__ = ["backprop", "backprop_local", "differentiated", "is_output", "active_ops", "aggregate", "op_inputs",
+           "captured_values", "AGGREGATIONS"]

@@ -12,6 +12,8 @@ import math
 from . import hlo
 from .hlo import add, divide, like, multiply, negate, subtract
 from .mlir import elem, ir, is_float, shape
+from .backprop import differentiated, is_output
+from .invariance import constant_axes, shift_invariant
 from .registry import adjoint, nondifferentiable
 
 
@@ -34,8 +36,14 @@ def _add(op, cts):
 
 @adjoint("stablehlo.subtract")
 def _subtract(op, cts):
-    """da = ct, db = -ct"""
+    """da = ct, db = -ct; db = 0 when b is broadcast along axes and nothing computed from
+    a - b changes when b does (a softmax's max: ``invariance.py``)"""
     (ct,) = cts
+    a, b = op.operands
+    if isinstance(b, ir.OpResult) and b.owner.operation.name == "stablehlo.broadcast_in_dim":
+        axes = constant_axes(b.owner.operation)
+        if axes and shift_invariant(op.results[0], axes, differentiated, is_output):
+            return ct, hlo.zeros(b.type)
     return ct, negate(ct)
 
 

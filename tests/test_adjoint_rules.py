@@ -345,3 +345,60 @@ def test_reduce_precision_is_straight_through():
     value, grad = module["f_grad"](np.array([1.0001, 2.0, -3.3], np.float32))
     np.testing.assert_allclose(value, 3 * np.array([1.0001, 2.0, -3.3], np.float16).astype(np.float32), rtol=1e-6)
     np.testing.assert_array_equal(grad, [3.0, 3.0, 3.0])
+
+
+# ----- shift invariance (passes/invariance.py) ------------------------------------------------
+
+_SHIFT_HEAD = """%z = stablehlo.constant dense<0xFFF0000000000000> : tensor<f64>
+%zero = stablehlo.constant dense<0.0> : tensor<f64>
+%m = stablehlo.reduce(%a init: %z) applies stablehlo.maximum across dimensions = [1] : (tensor<3x4xf64>, tensor<f64>) -> tensor<3xf64>
+%mb = stablehlo.broadcast_in_dim %m, dims = [0] : (tensor<3xf64>) -> tensor<3x4xf64>
+%s = stablehlo.subtract %a, %mb : tensor<3x4xf64>
+%e = stablehlo.exponential %s : tensor<3x4xf64>
+%t = stablehlo.reduce(%e init: %zero) applies stablehlo.add across dimensions = [1] : (tensor<3x4xf64>, tensor<f64>) -> tensor<3xf64>
+%tb = stablehlo.broadcast_in_dim %t, dims = [0] : (tensor<3xf64>) -> tensor<3x4xf64>
+"""
+SHIFT_CASES = {
+    # invariant: the max gets no gradient through %s, exactly
+    "softmax": ("%y = stablehlo.divide %e, %tb : tensor<3x4xf64>\n%r = stablehlo.multiply %y, %w : tensor<3x4xf64>",
+                True),
+    "log_softmax": ("%l = stablehlo.log %tb : tensor<3x4xf64>\n%y = stablehlo.subtract %s, %l : tensor<3x4xf64>\n"
+                    "%r = stablehlo.multiply %y, %w : tensor<3x4xf64>", True),
+    # not invariant: logsumexp's log(sum(exp(x - m))) shifts with m; so do (x - m)² and m - x
+    "logsumexp_part": ("%l = stablehlo.log %tb : tensor<3x4xf64>\n%r = stablehlo.multiply %l, %w : tensor<3x4xf64>",
+                       False),
+    "square": ("%q = stablehlo.multiply %s, %s : tensor<3x4xf64>\n%r = stablehlo.multiply %q, %w : tensor<3x4xf64>",
+               False),
+    "negated_shift": ("%n = stablehlo.subtract %w, %s : tensor<3x4xf64>\n%y = stablehlo.subtract %s, %n : "
+                      "tensor<3x4xf64>\n%r = stablehlo.multiply %y, %w : tensor<3x4xf64>", False),
+    # an op the proof does not follow (transpose): the gradient flows as written
+    "transposed": ("%tt = stablehlo.broadcast_in_dim %e, dims = [0, 1] : (tensor<3x4xf64>) -> tensor<3x4xf64>\n"
+                   "%p = stablehlo.transpose %s, dims = [0, 1] : (tensor<3x4xf64>) -> tensor<3x4xf64>\n"
+                   "%y = stablehlo.multiply %p, %tt : tensor<3x4xf64>\n%r = stablehlo.multiply %y, %w : tensor<3x4xf64>",
+                   False),
+}
+
+
+def _shift_case(name):
+    tail, _ = SHIFT_CASES[name]
+    body = _SHIFT_HEAD + tail + ("\n%o = stablehlo.reduce(%r init: %zero) applies stablehlo.add across dimensions = "
+                                 "[0, 1] : (tensor<3x4xf64>, tensor<f64>) -> tensor<f64>\nreturn %o : tensor<f64>")
+    return _f("%a: tensor<3x4xf64>, %w: tensor<3x4xf64>", body, "tensor<f64>")
+
+
+@pytest.mark.parametrize("name", sorted(SHIFT_CASES))
+def test_shift_invariance(name):
+    """Numerically checked whether or not the max's path is dropped; dropped exactly when invariant."""
+    rng = np.random.default_rng(11)
+    text = _shift_case(name)
+    check_module(text, [rng.normal(size=(3, 4)), rng.normal(size=(3, 4))], what=f"shift case {name}")
+    grad = passes.differentiate(text, "f", wrt=[0])
+    adjoint = grad[grad.index("@f_grad"):]
+    assert ("stablehlo.compare" not in adjoint) == SHIFT_CASES[name][1], adjoint
+
+
+def test_shift_of_an_output_is_not_dropped():
+    """``x - max(x)`` returned as it is: the max's gradient is not zero."""
+    body = _SHIFT_HEAD.split("%e =")[0] + "return %s : tensor<3x4xf64>"
+    text = _f("%a: tensor<3x4xf64>", body, "tensor<3x4xf64>")
+    check_module(text, [np.random.default_rng(5).normal(size=(3, 4))], what="x - max(x)")
