@@ -4,7 +4,8 @@ This package knows only IREE (``iree.compiler``, ``iree.runtime``) and numpy;
 it never imports the irgrad frontend or ``passes``.
 """
 
-from .artifact import Artifact, executable_formats, read_metadata
+from .artifact import Artifact
+from .vmfb import executable_formats, read_metadata
 from .compiler import cache_dir, cache_stats, clear_memory_cache, compile, compiler_version
 from .devices import DriverProbe, TargetInfo, available_drivers, probe_drivers, targets
 from .errors import ArtifactError, CompileError, DeviceError, IRParseError

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .artifact import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, Artifact, atomic_write, read_metadata
+from .artifact import Artifact, atomic_write
+from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, read_metadata
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target
 from .signature import parse_module, public_functions, signature_of

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .artifact import read_metadata, read_sidecar, signatures_from_metadata, vm_module
+from .vmfb import read_metadata, read_sidecar, signatures_from_metadata, vm_module
 from .devices import Device, compiled_in_drivers, get_device
 from .errors import ArtifactError, DeviceError, iree_message
 from .options import Target

@@ -9,7 +9,7 @@ import re
 import shlex
 from collections.abc import Iterable
 
-__all__ = ["Target", "CompileOptions"]
+__all__ = ["Target", "CompileOptions", "TARGET_FLAGS"]
 
 
 class Target(str, enum.Enum):
@@ -76,6 +76,16 @@ def allowed_targets() -> str:
     )
 
 
+# The command-line flags (irgrad compile --cpu ...) of the CompileOptions fields each
+# target takes; --cuda-arch sets cuda_arch and so on.
+TARGET_FLAGS: dict[str, tuple[str, ...]] = {
+    "llvm-cpu": ("--cpu", "--triple"),
+    "vmvx": (),
+    "vulkan-spirv": (),
+    "cuda": ("--cuda-arch",),
+    "rocm": ("--rocm-arch",),
+}
+
 # Architectures of --iree-llvmcpu-target-triple that irgrad has checked.
 _TRIPLE_ARCHES = ("x86_64", "aarch64", "riscv64")
 _TRIPLE = re.compile(r"^(?P<arch>[a-z0-9_]+)(-[A-Za-z0-9_.]+){0,3}$")
@@ -94,6 +104,7 @@ _RISCV64_GENERIC = (
 
 def _system_link_flags() -> list[str]:
     """Link with IREE's bundled lld in GNU mode, so no system linker is needed."""
+    # lazy: options are built and checked without loading the IREE compiler package
     from iree.compiler.tools.binaries import find_tool
 
     # iree-compile runs this "path" through the shell, so flags can ride along.
@@ -237,3 +248,39 @@ class CompileOptions:
             extra_flags=tuple(extra_flags),
             **{k: v for k, v in given.items() if v is not None},
         )
+
+    @classmethod
+    def for_target(
+        cls,
+        target: str,
+        *,
+        cpu: str | None = None,
+        triple: str | None = None,
+        cuda_arch: str | None = None,
+        rocm_arch: str | None = None,
+    ) -> CompileOptions:
+        """``from_strings`` for a command line, which also rejects a flag the target does not take.
+
+        Raises ValueError, e.g. ``--cpu applies to target llvm-cpu only, not vulkan-spirv``
+        (flag names from ``TARGET_FLAGS``).
+        """
+        canonical = Target.parse(target).value
+        given = {"--cpu": cpu, "--triple": triple, "--cuda-arch": cuda_arch, "--rocm-arch": rocm_arch}
+        for flag, value in given.items():
+            if value is not None and flag not in TARGET_FLAGS[canonical]:
+                takes = ", ".join(t for t, flags in TARGET_FLAGS.items() if flag in flags)
+                raise ValueError(f"{flag} applies to target {takes} only, not {canonical}")
+        return cls.from_strings(target, cpu=cpu, triple=triple, cuda_arch=cuda_arch, rocm_arch=rocm_arch)
+
+    def describe(self) -> str:
+        """What is compiled for, in words: ``llvm-cpu, cpu host``, ``cuda sm_86``, ``rocm gfx942``."""
+        if self.target is Target.LLVM_CPU:
+            return f"llvm-cpu, cpu {self.effective_cpu}" + (f", {self.triple}" if self.triple else "")
+        if self.target is Target.CUDA:
+            compiled = self.compiled_cuda_arch
+            if compiled != self.cuda_arch:  # IREE 3.13 knows no newer target: forward-compatible PTX
+                return f"cuda {self.cuda_arch} (as {compiled} PTX, compiled for the GPU when loaded)"
+            return f"cuda {self.cuda_arch}"
+        if self.target is Target.ROCM:
+            return f"rocm {self.rocm_arch}"
+        return self.target.value

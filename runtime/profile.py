@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .artifact import runtime_tool
+from .vmfb import runtime_tool
 from .compiler import compile_vmfb, compile_flags
 from .errors import CompileError, DeviceError
 from .options import CompileOptions, Target

@@ -22,7 +22,12 @@ from typer.testing import CliRunner
 
 import irgrad
 from irgrad import runtime as rt
-from irgrad.cli import app, format_array, parse_input, progress
+from irgrad import cli as cli_module
+from irgrad import tools, values
+from irgrad.cli import app
+from irgrad.runtime.options import TARGET_FLAGS, CompileOptions, Target
+from irgrad.tools import CLIError, progress
+from irgrad.values import format_array, parse_input
 
 try:  # click < 8.2 mixes stderr into stdout unless told not to
     RUNNER = CliRunner(mix_stderr=False)
@@ -270,6 +275,141 @@ def test_progress_only_on_a_terminal():
     assert quick.getvalue() == ""
 
 
+# ----- the library functions behind the commands -----------------------------------------
+
+
+def test_cli_reexports_what_benchmarks_profile_imports():
+    assert (cli_module.CLIError, cli_module.load_source, cli_module.parse_wrt) == (
+        tools.CLIError, tools.load_source, tools.parse_wrt)
+
+
+def test_parse_wrt():
+    assert tools.parse_wrt("0,2") == [0, 2] and tools.parse_wrt("1") == [1]
+    assert tools.parse_wrt(None) is None
+    with pytest.raises(CLIError, match=r"bad --wrt '0,x': expected argument indices") as info:
+        tools.parse_wrt("0,x")
+    assert info.value.exit_code == tools.USAGE == 2
+
+
+def test_one_line():
+    assert tools.one_line(FileNotFoundError(2, "No such file or directory", "/x/y")) == \
+        "/x/y: No such file or directory"
+    assert tools.one_line(KeyError("no such\n  key")) == "no such key"
+    assert tools.one_line(ValueError("")) == "ValueError"
+    unexpected = tools.one_line(ZeroDivisionError("division by zero"))
+    assert unexpected == "ZeroDivisionError: division by zero (run 'irgrad --debug ...' for the traceback)"
+
+
+def test_read_and_write_text(tmp_path, capsys):
+    with pytest.raises(CLIError, match="no such file") as info:
+        tools.read_text(tmp_path / "nope.mlir")
+    assert info.value.exit_code == 2
+    out = tmp_path / "sub" / "out.mlir"
+    tools.write_text(out, "module {}")
+    assert tools.read_text(out) == "module {}" and sorted(p.name for p in out.parent.iterdir()) == ["out.mlir"]
+    tools.write_text(None, "a")
+    tools.write_text(Path("-"), "b\n")
+    assert capsys.readouterr().out == "a\nb\n"
+
+
+def test_adjoints_and_load_source(work):
+    text, name = tools.load_source(str(work / "f.mlir"))
+    assert name is None and tools.adjoints(text, None, None, False, False, False) == text
+    with pytest.raises(CLIError, match="--with-value and --wrt need --grad or --vjp"):
+        tools.adjoints(text, None, "0", False, False, False)
+    assert "@f_grad(" in tools.adjoints(text, "f", "0", True, False, False)
+    text, name = tools.load_source(f"{work}/model.py:loss")
+    assert name == "loss" and "func.func @loss(" in text
+    with pytest.raises(CLIError, match=r"name the function as .*model.py:FUNCTION \(ig.functions in it: "
+                       r"bad_trace, loss, nosig\)") as info:
+        tools.load_source(f"{work}/model.py")
+    assert info.value.exit_code == 2
+
+
+def test_pick_function():
+    assert tools.pick_function(["f"], None, "a.vmfb") == "f"
+    assert tools.pick_function(["f", "g"], "g", "a.vmfb") == "g"
+    with pytest.raises(CLIError, match=r"a.vmfb has 2 functions; choose one with --function \(f, g\)"):
+        tools.pick_function(["f", "g"], None, "a.vmfb")
+    with pytest.raises(CLIError, match=r"no function 'h' in a.vmfb; functions: none"):
+        tools.pick_function([], "h", "a.vmfb")
+
+
+def test_parse_type_and_values():
+    assert values.parse_type(" 2x3xsi8") == ((2, 3), "int8")
+    assert values.parse_type("ui16") == ((), "uint16")
+    assert values.element_types()["i1"] == "bool" and values.numpy_dtype("float16") == np.float16
+    assert values.parse_value("-0x10", np.dtype(np.int32)) == -16
+    assert values.parse_value("TRUE", np.dtype(np.bool_)) is True
+    assert values.parse_value("1e3", np.dtype(np.float32)) == 1000.0
+    with pytest.raises(ValueError, match=r"256 is out of range for uint8 \[0, 255\]"):
+        values.parse_value("256", np.dtype(np.uint8))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", ("skip", None)), ("-", ("print", None)),
+    ("@out.npy", ("write", Path("out.npy"))), ("+raw.bin", ("append", Path("raw.bin"))),
+])
+def test_parse_output(text, expected):
+    assert values.parse_output(text) == expected
+
+
+@pytest.mark.parametrize("text", ["out.npy", "@", "+"])
+def test_parse_output_errors(text):
+    with pytest.raises(ValueError, match=re.escape(f"bad --output {text!r}: use @FILE.npy (write)")):
+        values.parse_output(text)
+
+
+def test_save_array_and_read_npy(tmp_path):
+    a, b = np.arange(4, dtype=np.float32), np.array([[1, 2]], np.int64)
+    values.save_array(a, tmp_path / "x.npy", append=False)
+    values.save_array(b, tmp_path / "x.npy", append=True)
+    got = values.read_npy(str(tmp_path / "x.npy"))
+    assert [g.dtype for g in got] == [np.float32, np.int64]
+    np.testing.assert_array_equal(got[1], b)
+    values.save_array(a, tmp_path / "x.bin", append=False)
+    assert (tmp_path / "x.bin").read_bytes() == a.tobytes()
+    (tmp_path / "empty.npy").write_bytes(b"")
+    with pytest.raises(ValueError, match="empty.npy is empty"):
+        values.read_npy(str(tmp_path / "empty.npy"))
+
+
+def test_report_results(tmp_path):
+    types = [rt.TensorType((2,), "float32"), rt.TensorType((), "int32"), rt.TensorType((), "bool")]
+    results = [np.array([1.5, 2], np.float32), np.array(7, np.int32), np.array(True)]
+    text = values.report_results("f", results, types)
+    assert text == ("EXEC @f\nresult[0]: hal.buffer_view\n2xf32=1.5 2\nresult[1]: hal.buffer_view\ni32=7\n"
+                    "result[2]: hal.buffer_view\ni1=1")
+    text = values.report_results("f", results, types, [("skip", None), ("write", tmp_path / "n.npy")])
+    assert text == "EXEC @f\nresult[2]: hal.buffer_view\ni1=1"
+    assert np.load(tmp_path / "n.npy") == 7
+
+
+def test_compile_options_for_target():
+    assert set(TARGET_FLAGS) == {t.value for t in Target}
+    options = CompileOptions.for_target("cpu", cpu="znver4", triple="x86_64-linux-gnu")
+    assert options == CompileOptions(cpu="znver4", triple="x86_64-linux-gnu")
+    assert CompileOptions.for_target("cuda", cuda_arch="sm_86").cuda_arch == "sm_86"
+    with pytest.raises(ValueError, match="^--triple applies to target llvm-cpu only, not rocm$"):
+        CompileOptions.for_target("rocm", triple="aarch64-linux-gnu")
+    with pytest.raises(ValueError, match="^--rocm-arch applies to target rocm only, not cuda$"):
+        CompileOptions.for_target("cuda", rocm_arch="gfx942")
+    with pytest.raises(ValueError, match="^unknown target 'tpu'"):
+        CompileOptions.for_target("tpu", cpu="generic")
+
+
+@pytest.mark.parametrize("options, expected", [
+    (CompileOptions(), "llvm-cpu, cpu host"),
+    (CompileOptions(cpu="znver4", triple="x86_64-linux-gnu"), "llvm-cpu, cpu znver4, x86_64-linux-gnu"),
+    (CompileOptions(target="cuda", cuda_arch="sm_86"), "cuda sm_86"),
+    (CompileOptions(target="cuda", cuda_arch="sm_90a"), "cuda sm_90a (as sm_80 PTX, compiled for the GPU when loaded)"),
+    (CompileOptions(target="rocm"), "rocm gfx942"),
+    (CompileOptions(target="vulkan"), "vulkan-spirv"),
+])
+def test_compile_options_describe(options, expected):
+    assert options.describe() == expected
+
+
 # ----- global behaviour ------------------------------------------------------------------
 
 
@@ -291,8 +431,6 @@ def test_usage_errors_are_one_line():
 
 
 def test_long_messages_are_cut(capsys):
-    from irgrad import cli as cli_module
-
     assert cli_module._fail("x" * 5000, 1) == 1
     line = capsys.readouterr().err
     assert line.count("\n") == 1 and len(line) < 1000 and "--debug" in line

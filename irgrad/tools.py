@@ -1,0 +1,254 @@
+"""What the ``irgrad`` command line does, as library functions.
+
+Loading a source (an ``.mlir`` file or ``path/to/model.py:function``), adding
+its adjoints, writing text atomically, one-line error messages and the
+progress display of long steps. ``cli.py`` only parses arguments and calls
+these; scripts such as ``benchmarks/profile.py`` use them too.
+
+Errors that a command line reports as they are raise ``CLIError``, which
+carries the exit status: ``USAGE`` (2) for a bad argument or a missing file,
+``FAILURE`` (1) for anything that fails while running.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from . import passes, runtime
+from .function import Function, export
+from .runtime.artifact import atomic_write
+from .runtime.vmfb import signatures_from_metadata
+from .runtime.options import TARGET_FLAGS
+
+__all__ = [
+    "USAGE", "FAILURE", "CLIError", "one_line", "parse_wrt", "import_model", "model_function",
+    "load_source", "read_text", "write_text", "adjoints", "pick_function", "progress", "signature_lines",
+    "describe_artifact", "describe_targets",
+]
+
+USAGE = 2  # click's exit status for a bad command line
+FAILURE = 1
+
+
+class CLIError(Exception):
+    """An error the CLI reports as one line, with its exit status."""
+
+    def __init__(self, message: str, exit_code: int = FAILURE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def one_line(error: BaseException) -> str:
+    """``error`` as a single line of text.
+
+    Errors of an unexpected kind are prefixed with their type and point at
+    ``irgrad --debug`` for the traceback.
+    """
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    if isinstance(error, KeyError) and error.args:
+        text = str(error.args[0])
+    else:
+        text = str(error)
+    text = " ".join(text.split()) or type(error).__name__
+    expected = (CLIError, ValueError, LookupError, RuntimeError, TypeError, OSError)
+    if not isinstance(error, expected):
+        text = f"{type(error).__name__}: {text} (run 'irgrad --debug ...' for the traceback)"
+    return text
+
+
+# ----- sources: .mlir files and model.py:function ---------------------------------------
+
+def parse_wrt(text: str | None) -> list[int] | None:
+    """``"0,2"`` -> ``[0, 2]``; None stays None (every float argument)."""
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise CLIError(f"bad --wrt {text!r}: expected argument indices such as 0,2", USAGE) from None
+
+
+def import_model(path: Path) -> ModuleType:
+    """Imports a user's model file under a unique module name, its folder on sys.path."""
+    name = f"_irgrad_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CLIError(f"{path}: cannot import it as a Python module", USAGE)
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as error:
+        sys.modules.pop(name, None)
+        raise CLIError(f"{path}: {type(error).__name__}: {one_line(error)}") from error
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+    return module
+
+
+def model_function(path: Path, attr: str | None) -> Function:
+    """The ``ig.function`` named ``attr`` in the model file ``path``; it needs an input_signature."""
+    module = import_model(path)
+    found = sorted(k for k, v in vars(module).items() if isinstance(v, Function))
+    listed = ", ".join(found) or "none"
+    if attr is None:
+        raise CLIError(f"{path}: name the function as {path}:FUNCTION (ig.functions in it: {listed})", USAGE)
+    if not hasattr(module, attr):
+        raise CLIError(f"{path} has no {attr!r} (ig.functions in it: {listed})", USAGE)
+    fn = getattr(module, attr)
+    if not callable(fn):
+        raise CLIError(f"{path}:{attr} is a {type(fn).__name__}, not a function", USAGE)
+    if not isinstance(fn, Function) or fn.input_signature is None:
+        raise CLIError(
+            f"{path}:{attr} has no input_signature; decorate it with "
+            f"@ig.function(input_signature=[ig.TensorSpec(shape, dtype), ...]) so irgrad knows its argument types",
+            USAGE)
+    return fn
+
+
+def load_source(source: str) -> tuple[str, str | None]:
+    """StableHLO text of SRC and the name of its function (None for an .mlir file).
+
+    SRC is an MLIR file or ``path/to/model.py:function`` naming an ``ig.function``
+    with an ``input_signature``.
+    """
+    path_text, colon, attr = source.rpartition(":")
+    if colon and path_text.endswith(".py") and attr.isidentifier():
+        path, attr_or_none = Path(path_text), attr
+    elif source.endswith(".py"):
+        path, attr_or_none = Path(source), None
+    else:
+        return read_text(Path(source)), None
+    if not path.is_file():
+        raise CLIError(f"{path}: no such file", USAGE)
+    fn = model_function(path, attr_or_none)
+    try:
+        return export(fn), fn.name
+    except Exception as error:
+        raise CLIError(f"tracing {path}:{attr}: {type(error).__name__}: {one_line(error)}") from error
+
+
+def read_text(path: Path) -> str:
+    """The text of ``path``; a usage error when there is no such file."""
+    if not path.is_file():
+        raise CLIError(f"{path}: no such file", USAGE)
+    return path.read_text()
+
+
+def write_text(path: Path | None, text: str) -> None:
+    """Writes ``text`` to stdout (path None or '-') or atomically to ``path``."""
+    if path is None or str(path) == "-":
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        # Temporary file + os.replace: a failure never leaves a partial or clobbered file.
+        atomic_write(path, text.encode())
+
+
+def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool) -> str:
+    """``text`` with @F_grad / @F_vjp added (unchanged when neither is asked for).
+
+    ``wrt`` is the command-line text (``"0,2"``); ``with_value`` and ``wrt``
+    without ``grad`` or ``vjp`` are a usage error.
+    """
+    if not (grad or vjp):
+        if with_value or wrt is not None:
+            raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)
+        return text
+    return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value)
+
+
+def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:
+    """``function`` if ``names`` has it, or the only name when it is None; else a usage error naming ``artifact``."""
+    if function is None:
+        if len(names) != 1:
+            raise CLIError(f"{artifact} has {len(names)} functions; choose one with --function "
+                           f"({', '.join(names) or 'none'})", USAGE)
+        return names[0]
+    if function not in names:
+        raise CLIError(f"no function {function!r} in {artifact}; functions: {', '.join(names) or 'none'}", USAGE)
+    return function
+
+
+# ----- output ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def progress(message: str, stream: Any = None, delay: float = 1.0) -> Iterator[None]:
+    """Shows ``message`` and the elapsed time on ``stream`` (stderr) while a step runs.
+
+    Only on a terminal, and only once the step has taken ``delay`` seconds:
+    piped output stays clean.
+    """
+    stream = stream or sys.stderr
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        yield
+        return
+    done = threading.Event()
+    start = time.perf_counter()
+    shown = []
+
+    def tick() -> None:
+        if done.wait(delay):  # quick steps show nothing
+            return
+        while not done.is_set():
+            stream.write(f"\r{message} ({time.perf_counter() - start:.0f} s)")
+            stream.flush()
+            shown.append(True)
+            done.wait(min(delay, 1.0))
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        if shown:
+            stream.write("\r\033[K")
+            stream.flush()
+
+
+def signature_lines(functions: dict) -> list[str]:
+    """One indented line per function signature (``  f(2x3xf32) -> (f32)``), in order."""
+    return [f"  {signature!r}" for signature in functions.values()]
+
+
+def describe_artifact(path: Path, size: int, metadata: dict) -> str:
+    """What ``irgrad inspect`` prints: size, module, target, executables, flags, versions, functions."""
+    formats = runtime.executable_formats(path)
+    fields = [
+        ("module", metadata.get("module")),
+        ("target", metadata.get("target") or "unknown"),
+        ("executables", ", ".join(formats) or "none"),
+        ("flags", " ".join(metadata.get("flags") or []) or "unknown"),
+        ("iree compiler", metadata.get("iree_compiler") or "unknown"),
+        ("producer", metadata.get("producer") or "unknown"),
+    ]
+    lines = [f"{path}: {size:,} bytes"]
+    lines += [f"  {key + ':':<15}{value}" for key, value in fields]
+    lines += ["functions:", *signature_lines(signatures_from_metadata(metadata))]
+    return "\n".join(lines)
+
+
+def describe_targets() -> str:
+    """What ``irgrad targets`` prints: compile targets with their flags, then the devices usable here."""
+    lines = ["compile targets (irgrad compile --target):"]
+    for info in runtime.targets():
+        alias = f" (alias {', '.join(info.aliases)})" if info.aliases else ""
+        flags = ", ".join(TARGET_FLAGS.get(info.name, ())) or "-"
+        lines.append(f"  {info.name + alias:<28} flags: {flags:<18} runs on: {', '.join(info.drivers)}")
+    lines.append("runtime devices here (irgrad run --device):")
+    for probe in runtime.probe_drivers().values():
+        state = "available" if probe.ok else "unavailable"
+        lines.append(f"  {probe.driver:<12} {state:<12} {probe.detail}")
+    return "\n".join(lines)

@@ -1,0 +1,209 @@
+"""Tensors as text, in iree-run-module's syntax: ``--input`` specs, printed results, ``--output`` sinks.
+
+    parse_input("2x2xf32=1,2,3,4")      -> [array([[1., 2.], [3., 4.]], dtype=float32)]
+    format_array(array, "f32")          -> "2x2xf32=[1 2][3 4]"
+    parse_output("@out.npy")            -> ("write", Path("out.npy"))
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .runtime import DTYPES, TensorType
+from .tools import one_line
+
+__all__ = [
+    "MAX_PRINTED_ELEMENTS", "element_types", "numpy_dtype", "parse_type", "parse_value", "read_npy",
+    "parse_input", "format_array", "parse_output", "save_array", "report_results",
+]
+
+# iree-run-module prints at most this many elements of a result.
+MAX_PRINTED_ELEMENTS = 1024
+
+
+def element_types() -> dict[str, str]:
+    """IREE element type name (f32, i1, ui8, si8, bf16, ...) -> irgrad dtype name."""
+    types = {str(TensorType((), dtype)): dtype for dtype in DTYPES}
+    types.update({f"si{bits}": f"int{bits}" for bits in (8, 16, 32, 64)})  # explicitly signed
+    return types
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype of an irgrad dtype name; bfloat16 needs the ml_dtypes package."""
+    if dtype == "bfloat16":
+        try:
+            import ml_dtypes  # optional dependency: only bf16 values need it
+        except ImportError:
+            raise ValueError("bf16 values need the ml_dtypes package") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def parse_type(text: str) -> tuple[tuple[int, ...], str]:
+    """``2x3xf32`` -> ((2, 3), "float32"); ``f32`` -> ((), "float32")."""
+    *dims, element = text.strip().split("x")
+    types = element_types()
+    if element not in types:
+        raise ValueError(f"unknown element type {element!r}; allowed: {', '.join(types)}")
+    if not all(d.isdigit() for d in dims):
+        raise ValueError(f"bad shape {'x'.join(dims)!r}; expected static sizes such as 2x3")
+    return tuple(int(d) for d in dims), types[element]
+
+
+def parse_value(token: str, dtype: np.dtype) -> Any:
+    """One element of ``dtype`` from its text: 0/1/true/false for bool, decimal or 0x hex for integers."""
+    if dtype == np.bool_:
+        value = {"0": False, "1": True, "false": False, "true": True}.get(token.lower())
+        if value is None:
+            raise ValueError(f"bad i1 value {token!r}; use 0, 1, true or false")
+        return value
+    if dtype.kind in "iu":
+        try:
+            value = int(token, 16) if token.lower().lstrip("+-").startswith("0x") else int(token)
+        except ValueError:
+            raise ValueError(f"bad integer {token!r}") from None
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{value} is out of range for {dtype.name} [{info.min}, {info.max}]")
+        return value
+    try:
+        return float(token)
+    except ValueError:
+        raise ValueError(f"bad number {token!r}") from None
+
+
+def read_npy(path: str) -> list[np.ndarray]:
+    """Every array in a .npy file (numpy.save may have appended several)."""
+    arrays = []
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        while f.tell() < size:
+            try:
+                arrays.append(np.load(f, allow_pickle=False))
+            except ValueError as error:
+                raise ValueError(f"{path} is not a .npy file ({one_line(error)})") from None
+    if not arrays:
+        raise ValueError(f"{path} is empty")
+    return arrays
+
+
+def parse_input(spec: str) -> list[np.ndarray]:
+    """Arrays for one ``--input``, in iree-run-module's syntax.
+
+    * ``2x2xf32=1,2,3,4``, ``2x2xf32=1 2 3 4`` or ``2x2xf32=[1 2][3 4]``: commas,
+      spaces and brackets all separate values; brackets are not checked against
+      the shape.
+    * ``2x2xf32=5`` fills every element with 5; ``2x2xf32`` (no values) is zeros.
+    * ``f32=3`` is a 0-d tensor. A bare ``3`` (an IREE VM scalar) is rejected:
+      irgrad functions take tensors only.
+    * element types: f16, bf16, f32, f64, i1 (0/1/true/false), i8..i64 (signed),
+      si8..si64, ui8..ui64; integers may be hex (0x10) and must fit the type.
+    * ``2x2xf32=@file.bin``: raw little-endian bytes; ``@file.npy``: every array in
+      a .npy file (several when numpy.save appended them), each one input.
+
+    Raises ValueError (naming ``spec``) for anything else.
+    """
+    try:
+        if spec.startswith("@"):
+            return read_npy(spec[1:])
+        type_text, _, values = spec.partition("=")
+        if "=" not in spec and not re.search(r"[a-z]", type_text):
+            raise ValueError("a tensor needs a type, e.g. f32=3 or 2x2xf32=1,2,3,4")
+        shape, dtype_name = parse_type(type_text)
+        dtype = numpy_dtype(dtype_name)
+        count = math.prod(shape)
+        values = values.strip()
+        if values.startswith("@"):
+            raw = np.fromfile(values[1:], dtype=np.uint8 if dtype == np.bool_ else dtype)
+            if raw.size != count:
+                raise ValueError(f"{values[1:]} holds {raw.size} {dtype_name} values, the shape needs {count}")
+            return [raw.astype(dtype).reshape(shape)]
+        tokens = [t for t in re.split(r"[\s,\[\]]+", values) if t]
+        parsed = [parse_value(t, dtype) for t in tokens]
+        with np.errstate(over="ignore"):
+            if not parsed:
+                return [np.zeros(shape, dtype)]
+            if len(parsed) == 1:
+                return [np.full(shape, parsed[0], dtype)]
+            if len(parsed) != count:
+                raise ValueError(f"{len(parsed)} values for shape {type_text.strip()} "
+                                 f"(needs {count}, or 1 to fill it)")
+            return [np.array(parsed, dtype).reshape(shape)]
+    except (ValueError, OSError) as error:
+        raise ValueError(f"bad --input {spec!r}: {one_line(error)}") from None
+
+
+def format_array(array: np.ndarray, type_name: str, limit: int = MAX_PRINTED_ELEMENTS) -> str:
+    """``2x2xf32=[1 2][3 4]``, iree-run-module's format.
+
+    Floats print like C's %G (``1.23457E+08``, ``INF``, ``NAN``), bools as 0/1
+    (IREE prints i1 as hex bytes). After ``limit`` elements the rest is ``...``.
+    """
+    left = [limit]
+
+    def element(x: Any) -> str:
+        if array.dtype == np.bool_:
+            return "1" if x else "0"
+        if array.dtype.kind in "iu":
+            return str(int(x))
+        return format(float(x), "G")
+
+    def row(a: np.ndarray) -> str:
+        if a.ndim == 1:
+            shown = a[: left[0]]
+            left[0] -= len(shown)
+            text = " ".join(map(element, shown))
+            return text + "..." if len(shown) < len(a) else text
+        return "".join(f"[{row(sub)}]" for sub in a)
+
+    shape = "".join(f"{d}x" for d in array.shape)
+    body = element(array[()]) if array.ndim == 0 else row(array)
+    return f"{shape}{type_name}={body}"
+
+
+def parse_output(spec: str) -> tuple[str, Path | None]:
+    """An ``--output``: ``@FILE`` write, ``+FILE`` append, ``-`` print, ``''`` skip.
+
+    Returns (action, path): action is write, append, print or skip; path is
+    None for the last two. Raises ValueError (naming ``spec``) for anything else.
+    """
+    if spec in ("", "-"):
+        return ("skip" if spec == "" else "print"), None
+    if spec[0] in "@+" and len(spec) > 1:
+        return ("write" if spec[0] == "@" else "append"), Path(spec[1:])
+    raise ValueError(f"bad --output {spec!r}: use @FILE.npy (write), +FILE.npy (append), "
+                     "- (print) or '' (skip)")
+
+
+def save_array(array: np.ndarray, path: Path, append: bool) -> None:
+    """Writes (or appends) ``array`` to ``path``: a .npy record, or raw bytes for any other suffix."""
+    with open(path, "ab" if append else "wb") as f:
+        if path.suffix == ".npy":
+            np.save(f, array, allow_pickle=False)
+        else:
+            f.write(np.ascontiguousarray(array).tobytes())
+
+
+def report_results(function: str, results: Sequence[Any], types: Sequence[TensorType],
+                   sinks: Sequence[tuple[str, Path | None]] = ()) -> str:
+    """iree-run-module's printout of a call: ``EXEC @function``, then each result.
+
+    ``sinks`` (from ``parse_output``, one per result in order) save a result
+    to a file or skip it instead of printing it; results past the last sink
+    are printed.
+    """
+    lines = [f"EXEC @{function}"]
+    for i, (result, want) in enumerate(zip(results, types)):
+        action, path = sinks[i] if i < len(sinks) else ("print", None)
+        if action == "print":
+            type_name = str(TensorType((), want.dtype))
+            lines += [f"result[{i}]: hal.buffer_view", format_array(np.asarray(result), type_name)]
+        elif path is not None:
+            save_array(np.asarray(result), path, append=action == "append")
+    return "\n".join(lines)
