@@ -12,6 +12,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
+from irgrad.passes import hlo
 
 from gradcheck import check_fn, check_module
 
@@ -402,3 +403,41 @@ def test_shift_of_an_output_is_not_dropped():
     body = _SHIFT_HEAD.split("%e =")[0] + "return %s : tensor<3x4xf64>"
     text = _f("%a: tensor<3x4xf64>", body, "tensor<3x4xf64>")
     check_module(text, [np.random.default_rng(5).normal(size=(3, 4))], what="x - max(x)")
+
+
+# ----- the driver's checks of what a rule returns -------------------------------------------
+
+def _driver_on_sine(rule):
+    """Run backprop over @f(x) = sin(x) with ``rule`` standing in for sine's adjoint."""
+    from irgrad.passes.backprop import backprop
+    from irgrad.passes.mlir import context, ir
+
+    text = _f("%a: tensor<3xf32>", "%0 = stablehlo.sine %a : tensor<3xf32>\n return %0 : tensor<3xf32>",
+              "tensor<3xf32>")
+    with context():
+        module = passes.parse_module(text)
+        func = passes.find_function(module, "f")
+        block = func.regions[0].blocks[0]
+        sine = next(op.operation for op in block.operations if op.operation.name == "stablehlo.sine")
+        x, y = block.arguments[0], sine.results[0]
+        with ir.InsertionPoint(block.operations[len(block.operations) - 1]), ir.Location.unknown():
+            seed = hlo.ones(y.type)
+            grads = backprop([y], [seed], [x], rule_for=lambda op: rule if op == sine else None)
+            return [str(g.type) for g in grads]  # read while the module is alive
+
+
+def test_driver_rejects_a_rule_with_the_wrong_number_of_cotangents():
+    with pytest.raises(ValueError, match="returned 2 cotangents for 1 operands"):
+        _driver_on_sine(lambda op, cts: [cts[0], cts[0]])
+
+
+def test_driver_rejects_a_cotangent_of_the_wrong_type():
+    def wrong_shape(op, cts):
+        return [hlo.reshape(hlo.slice(cts[0], [0], [2], [1]), [2])]
+
+    with pytest.raises(ValueError, match="Incompatible shapes between op input and calculated input gradient"):
+        _driver_on_sine(wrong_shape)
+
+
+def test_driver_passes_a_rule_result_through():
+    assert _driver_on_sine(lambda op, cts: [cts[0]]) == ["tensor<3xf32>"]
