@@ -27,11 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from . import hlo
 from .regions import inline_region
 from .backprop import backprop, backprop_local, captured_values, op_inputs
 from .choices import unroll_loop
-from .mlir import elem, ir, is_float, shape, tensor_type
+from .mlir import dtype_name, elem, ir, is_float, shape, tensor_type
 from .registry import adjoint, missing
 
 
@@ -117,11 +119,24 @@ def _skip_identity(v: ir.Value) -> ir.Value:
 
 
 def _constant_int(v: ir.Value) -> int | None:
+    """A scalar integer constant's value (None for anything else)."""
+    c = _scalar_constant(v)
+    return c if isinstance(c, int) else None
+
+
+def _scalar_constant(v: ir.Value) -> int | np.floating | None:
+    """A scalar constant's value: a Python int, or a numpy float of the constant's own type
+    (so that a float loop is counted in the arithmetic it runs in); None for anything else."""
     v = _skip_identity(v)
     if not isinstance(v, ir.OpResult) or v.owner.name != "stablehlo.constant" or shape(v) != ():
         return None
-    dense = ir.DenseIntElementsAttr(v.owner.attributes["value"])
-    return int(list(dense)[0])
+    attr = v.owner.attributes["value"]
+    if is_float(v):
+        dtype = np.dtype(dtype_name(elem(v)))
+        return dtype.type(ir.DenseFPElementsAttr(attr)[0]) if dtype.kind == "f" else None
+    if isinstance(elem(v), ir.IntegerType):
+        return int(list(ir.DenseIntElementsAttr(attr))[0])
+    return None
 
 
 def _direction(cmp: ir.Operation) -> str:
@@ -144,7 +159,7 @@ def trip_count(op: ir.Operation) -> int:
             lhs, rhs, direction = rhs, lhs, _SWAPPED[direction]
         if isinstance(lhs, ir.BlockArgument) and lhs.owner == cond:
             k = lhs.arg_number
-            start, bound = _constant_int(op.operands[k]), _constant_int(rhs)
+            start, bound = _scalar_constant(op.operands[k]), _scalar_constant(rhs)
             step = _step(body, k)
             if None not in (start, bound, step) and step != 0:
                 n = _count(start, bound, step, direction)
@@ -162,10 +177,16 @@ def _step(body: ir.Block, k: int) -> int | None:
         return None
     a, b = (_skip_identity(v) for v in nxt.owner.operands)
     counter = body.arguments[k]
-    return _constant_int(b) if a == counter else _constant_int(a) if b == counter else None
+    return _scalar_constant(b) if a == counter else _scalar_constant(a) if b == counter else None
 
 
-def _count(start: int, bound: int, step: int, direction: str) -> int | None:
+MAX_SIMULATED_STEPS = 1 << 20
+
+
+def _count(start, bound, step, direction: str) -> int | None:
+    """Iterations of ``for (i = start; i <direction> bound; i += step)``; None if unbounded."""
+    if not all(isinstance(c, int) for c in (start, bound, step)):
+        return _simulate(start, bound, step, direction)
     if direction == "NE":
         q, r = divmod(bound - start, step)
         return q if r == 0 and q >= 0 else None
@@ -173,6 +194,22 @@ def _count(start: int, bound: int, step: int, direction: str) -> int | None:
         return max(0, -((start - bound - (direction == "LE")) // step))
     if direction in ("GT", "GE") and step < 0:  # ceil((start - end) / -step)
         return max(0, -((bound - (direction == "GE") - start) // -step))
+    return None
+
+
+def _simulate(start, bound, step, direction: str) -> int | None:
+    """A float counter, counted in its own arithmetic (``0.1`` steps do not land on ``1.0``)."""
+    dtype = next(c for c in (start, bound, step) if not isinstance(c, int)).dtype
+    i, bound, step = dtype.type(start), dtype.type(bound), dtype.type(step)
+    test = {"LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal,
+            "NE": np.not_equal}.get(direction)
+    if test is None:
+        return None
+    with np.errstate(all="ignore"):
+        for n in range(MAX_SIMULATED_STEPS + 1):
+            if not test(i, bound):
+                return n
+            i = dtype.type(i + step)
     return None
 
 

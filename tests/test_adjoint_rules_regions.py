@@ -605,6 +605,44 @@ def test_data_dependent_trip_count_is_a_value_error_naming_the_loop():
     assert issubclass(DynamicTripCountError, ValueError)
 
 
+def _float_counted_loop(step: str, update: str = "stablehlo.add") -> str:
+    """``y = 0.; while y < 10.: y = y <update> step; x = sin(x) * y`` (float32 counter)."""
+    return _f("%a: tensor<3xf32>",
+              "%y0 = stablehlo.constant dense<0.0> : tensor<f32>\n"
+              "%0:2 = stablehlo.while(%y = %y0, %x = %a) : tensor<f32>, tensor<3xf32>\n cond {\n"
+              "  %b = stablehlo.constant dense<1.0e+01> : tensor<f32>\n"
+              "  %c = stablehlo.compare LT, %y, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+              "  stablehlo.return %c : tensor<i1>\n } do {\n"
+              f"  %s = stablehlo.constant dense<{step}> : tensor<f32>\n  %y1 = {update} %y, %s : tensor<f32>\n"
+              "  %yb = stablehlo.broadcast_in_dim %y1, dims = [] : (tensor<f32>) -> tensor<3xf32>\n"
+              "  %x1 = stablehlo.sine %x : tensor<3xf32>\n  %x2 = stablehlo.multiply %x1, %yb : tensor<3xf32>\n"
+              "  stablehlo.return %y1, %x2 : tensor<f32>, tensor<3xf32>\n }\n"
+              " return %0#1 : tensor<3xf32>", "tensor<3xf32>")
+
+
+@pytest.mark.parametrize("step, n", [("2.5", 4), ("1.0e-01", 100)])
+def test_float_counter_is_counted_in_its_own_arithmetic(step, n):
+    """``while y < 10.`` stepped by a float constant: counted as float32 runs it (0.1 steps
+    pass 10 after 100 iterations in float32, after 101 in float64), then differentiated."""
+    module = passes.parse_module(_float_counted_loop(step))
+    func = module.body.operations[0].operation
+    loop = next(o.operation for o in func.regions[0].blocks[0].operations if o.operation.name == "stablehlo.while")
+    assert trip_count(loop) == n
+    y = np.float32(0)
+    for _ in range(n):
+        y = np.float32(y + np.float32(float(step)))
+    assert y >= 10 and np.float32(y - np.float32(float(step))) < 10
+    if n < 10:
+        check_module(_float_counted_loop(step), [np.array([0.3, -0.2, 0.1], np.float32)], eps=1e-3, rtol=2e-2,
+                     atol=1e-3)
+
+
+def test_float_loop_with_a_data_dependent_count_is_a_dynamic_trip_count_error():
+    """``while y < 10.: y = y * 2``: not a counted loop; a clear error, not an MLIR cast error."""
+    with pytest.raises(DynamicTripCountError, match="data-dependent trip count"):
+        passes.differentiate(_float_counted_loop("2.0", "stablehlo.multiply"))
+
+
 # ----- registry ----------------------------------------------------------------------------------
 
 def test_custom_call_names_its_target():
