@@ -6,12 +6,17 @@ them; results come back as numpy arrays that own their memory.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import os
 import re
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -297,10 +302,11 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
             )
     dev = get_device(driver)
     module = vm_module(data, dev.instance)
-    import iree.runtime as rt
+    import iree.runtime as rt  # lazy, as everywhere in runtime/: loading IREE costs ~100 ms
 
     try:
-        context = rt.VmContext(dev.instance, modules=[dev.hal_module, module])
+        with _private_dylib_folder(b"system-elf-" in data):
+            context = rt.VmContext(dev.instance, modules=[dev.hal_module, module])
     except (RuntimeError, ValueError) as error:
         message = iree_message(error)
         if "version" in message.lower():
@@ -310,6 +316,41 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
             ) from None
         raise DeviceError(f"cannot run this artifact on {driver!r}: {message}") from None
     return Module(dev, context, module, metadata)
+
+
+_TMPDIR_LOCK = threading.Lock()
+_DYLIB_FOLDER: list[str] = []
+
+
+@contextlib.contextmanager
+def _private_dylib_folder(system_linked: bool) -> Iterator[None]:
+    """Where IREE writes a system-linked executable (a shared library) to ``dlopen`` it:
+    a folder of this process's own, emptied after every load and removed at exit. IREE's
+    own file (``$TMPDIR/iree_dylib_*``) is otherwise left behind, empty, at every load; a
+    device app that reloads its module daily would fill ``/tmp``. IREE reads ``TMPDIR``
+    when it first needs it and keeps that folder, so it is always the same one here, set
+    for the duration of the load (under a lock: the environment is process-wide)."""
+    if not system_linked:
+        yield
+        return
+    with _TMPDIR_LOCK:
+        if not _DYLIB_FOLDER:
+            _DYLIB_FOLDER.append(tempfile.mkdtemp(prefix="irgrad-dylib-"))
+            atexit.register(shutil.rmtree, _DYLIB_FOLDER[0], True)
+        folder = _DYLIB_FOLDER[0]
+        os.makedirs(folder, exist_ok=True)
+        before = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = before
+            for name in os.listdir(folder):  # the libraries are mapped: their files can go
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
 
 
 def _check_version(metadata: dict[str, Any]) -> None:

@@ -552,3 +552,24 @@ def test_cuda_matches_cpu(cpu_module):
     np.testing.assert_allclose(m["f"](X, W), cpu_module["f"](X, W), rtol=1e-5)
     y2, total = m["two"](X, W)
     np.testing.assert_allclose(total, cpu_module["two"](X, W)[1], rtol=1e-5)
+
+
+def test_loading_a_system_linked_artifact_leaves_nothing_in_tmpdir(tmp_path):
+    """float64 math links against the system libm, so IREE dlopens the executable from a
+    file it writes to $TMPDIR; reloading must not leave those files behind."""
+    import irgrad as ig
+
+    f = ig.function(lambda x: ig.cos(x) * 3.0, input_signature=[ig.TensorSpec([3], ig.float64)])
+    artifact = ig.compile(f.lower())
+    assert b"system-elf-" in artifact.vmfb
+    path = artifact.save(tmp_path / "f.vmfb")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = ("import numpy as np, irgrad as ig\n"
+              f"for _ in range(3):\n    m = ig.load({str(path)!r})\n"
+              "    print(m[list(m.functions)[0]](np.ones(3))[0])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(scratch)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [float(v) for v in done.stdout.split()] == pytest.approx([3 * np.cos(1.0)] * 3)
+    assert list(scratch.iterdir()) == []
