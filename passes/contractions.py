@@ -48,13 +48,25 @@ def _dot_adjoint(ct, lhs, rhs, lb, rb, lc, rc):
     ct_lf = list(range(nb, nb + len(lf)))
     ct_rf = list(range(nb + len(lf), nb + len(lf) + len(rf)))
 
-    dl = hlo.dot_general(ct, rhs, ct_batch, rb, ct_rf, rf, element=elem(lhs))
-    # dl = [batch, lhs free, rhs contracting dims in ascending rhs order]
-    by_rhs = sorted(range(len(rc)), key=lambda k: rc[k])
-    dl = _transpose_back(dl, lb + lf + [lc[k] for k in by_rhs])
-
-    dr = hlo.dot_general(ct, lhs, ct_batch, lb, ct_lf, lf, element=elem(rhs))
-    # dr = [batch, rhs free, lhs contracting dims in ascending lhs order]
-    by_lhs = sorted(range(len(lc)), key=lambda k: lc[k])
-    dr = _transpose_back(dr, rb + rf + [rc[k] for k in by_lhs])
+    # d lhs = ct . rhs: [batch, lhs free, lhs contracting dims in ascending rhs order], or
+    # rhs . ct: [batch, those contracting dims, lhs free]; d rhs likewise. Of the two operand
+    # orders, the one whose result is already in the operand's layout needs no transpose.
+    by_rhs = [lc[k] for k in sorted(range(len(rc)), key=lambda k: rc[k])]
+    dl = _in_layout(lambda swap: hlo.dot_general(*((rhs, ct) if swap else (ct, rhs)),
+                                                 *((rb, ct_batch, rf, ct_rf) if swap else (ct_batch, rb, ct_rf, rf)),
+                                                 element=elem(lhs)),
+                    lb + lf + by_rhs, lb + by_rhs + lf)
+    by_lhs = [rc[k] for k in sorted(range(len(lc)), key=lambda k: lc[k])]
+    dr = _in_layout(lambda swap: hlo.dot_general(*((lhs, ct) if swap else (ct, lhs)),
+                                                 *((lb, ct_batch, lf, ct_lf) if swap else (ct_batch, lb, ct_lf, lf)),
+                                                 element=elem(rhs)),
+                    rb + rf + by_lhs, rb + by_lhs + rf)
     return dl, dr
+
+
+def _in_layout(dot, ct_first: list[int], ct_last: list[int]) -> ir.Value:
+    """``dot(swap)`` with the operand order whose result dims (``ct_first`` / ``ct_last``: the
+    operand dim each result dim holds) need no transpose, else the cotangent first."""
+    if ct_first != sorted(ct_first) and ct_last == sorted(ct_last):
+        return dot(True)
+    return _transpose_back(dot(False), ct_first)
