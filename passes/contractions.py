@@ -1,8 +1,6 @@
 """Adjoint rules of contractions: ``dot_general`` with any dimension layout."""
 from __future__ import annotations
 
-import re
-
 from . import hlo
 from .mlir import elem, ir, shape
 from .registry import adjoint
@@ -13,12 +11,8 @@ _DOT_FIELDS = ("lhs_batching_dimensions", "rhs_batching_dimensions",
 
 def dot_dimensions(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int]]:
     """(lhs_batch, rhs_batch, lhs_contract, rhs_contract) of a dot_general."""
-    text = str(op.attributes["dot_dimension_numbers"])
-    out = []
-    for field in _DOT_FIELDS:
-        m = re.search(field + r"\s*=\s*\[([^\]]*)\]", text)
-        out.append([int(v) for v in m.group(1).split(",")] if m and m.group(1).strip() else [])
-    return tuple(out)
+    fields = hlo.read_struct(op, "dot_dimension_numbers")
+    return tuple(list(fields.get(name, [])) for name in _DOT_FIELDS)
 
 
 def _transpose_back(t: ir.Value, source_dims: list[int]) -> ir.Value:

@@ -33,7 +33,7 @@ from . import hlo
 from .regions import inline_region
 from .backprop import backprop, backprop_local, captured_values, op_inputs
 from .choices import unroll_loop
-from .mlir import dtype_name, elem, ir, is_float, shape, tensor_type
+from .mlir import elem, ir, is_float, shape, tensor_type
 from .registry import adjoint, missing
 
 
@@ -127,20 +127,7 @@ def _constant_int(v: ir.Value) -> int | None:
 def _scalar_constant(v: ir.Value) -> int | np.floating | None:
     """A scalar constant's value: a Python int, or a numpy float of the constant's own type
     (so that a float loop is counted in the arithmetic it runs in); None for anything else."""
-    v = _skip_identity(v)
-    if not isinstance(v, ir.OpResult) or v.owner.name != "stablehlo.constant" or shape(v) != ():
-        return None
-    attr = v.owner.attributes["value"]
-    if is_float(v):
-        dtype = np.dtype(dtype_name(elem(v)))
-        return dtype.type(ir.DenseFPElementsAttr(attr)[0]) if dtype.kind == "f" else None
-    if isinstance(elem(v), ir.IntegerType):
-        return int(list(ir.DenseIntElementsAttr(attr))[0])
-    return None
-
-
-def _direction(cmp: ir.Operation) -> str:
-    return str(cmp.attributes["comparison_direction"]).split()[-1].rstrip(">")
+    return hlo.scalar_constant(_skip_identity(v))
 
 
 _SWAPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "NE": "NE", "EQ": "EQ"}
@@ -154,7 +141,7 @@ def trip_count(op: ir.Operation) -> int:
     cmp = pred.owner if isinstance(pred, ir.OpResult) else None
     if cmp is not None and cmp.name == "stablehlo.compare":
         lhs, rhs = (_skip_identity(v) for v in cmp.operands)
-        direction = _direction(cmp)
+        direction = hlo.read_direction(cmp)
         if isinstance(rhs, ir.BlockArgument) and rhs.owner == cond:
             lhs, rhs, direction = rhs, lhs, _SWAPPED[direction]
         if isinstance(lhs, ir.BlockArgument) and lhs.owner == cond:
@@ -385,5 +372,5 @@ def _while(op, cts):
 @adjoint("stablehlo.custom_call")
 def _custom_call(op, cts):
     """opaque to irgrad: no adjoint (LookupError naming the call target)"""
-    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    target = hlo.read_str(op, "call_target_name")
     raise missing(op, f" (call target @{target})")

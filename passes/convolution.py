@@ -24,7 +24,6 @@ output, (output feature, input feature, *spatial) for the kernel.
 from __future__ import annotations
 
 import math
-import re
 
 from . import hlo
 from .choices import conv_adjoint_by_matmul, conv_forward_by_matmul
@@ -37,11 +36,8 @@ Spec = tuple[int, ...]
 
 def conv_spec(op: ir.Operation) -> tuple[Spec, Spec, Spec]:
     """(lhs, rhs, out) specs from ``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>``."""
-    text = str(op.attributes["dimension_numbers"])
-    layouts = re.findall(r"\[([^\]]*)\]", text)
     specs = []
-    for layout, (first, second) in zip(layouts, (("b", "f"), ("o", "i"), ("b", "f"))):
-        labels = [t.strip() for t in layout.split(",")]
+    for labels, (first, second) in zip(hlo.read_conv_layouts(op), (("b", "f"), ("o", "i"), ("b", "f"))):
         spatial = sorted((int(t), i) for i, t in enumerate(labels) if t.isdigit())
         specs.append((labels.index(first), labels.index(second), *[i for _, i in spatial]))
     return tuple(specs)
@@ -81,9 +77,7 @@ class Conv:
         self.padding = hlo.read_padding(op, "padding", n)
         self.lhs_dilation = hlo.read_i64s(op, "lhs_dilation", [1] * n)
         self.rhs_dilation = hlo.read_i64s(op, "rhs_dilation", [1] * n)
-        reversal = list(ir.DenseBoolArrayAttr(op.attributes["window_reversal"])) \
-            if "window_reversal" in op.attributes else []
-        self.reversed = [i for i, r in enumerate(reversal) if r]
+        self.reversed = [i for i, r in enumerate(hlo.read_bools(op, "window_reversal")) if r]
         self.groups = hlo.read_int(op, "feature_group_count") if "feature_group_count" in op.attributes else 1
         self.batch_groups = hlo.read_int(op, "batch_group_count") if "batch_group_count" in op.attributes else 1
         self.precision = op.attributes["precision_config"] if "precision_config" in op.attributes else None

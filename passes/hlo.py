@@ -53,6 +53,39 @@ def read_int(op: ir.Operation, name: str) -> int:
     return ir.IntegerAttr(op.attributes[name]).value
 
 
+def read_str(op: ir.Operation, name: str) -> str:
+    return ir.StringAttr(op.attributes[name]).value
+
+
+def read_float(op: ir.Operation, name: str) -> float:
+    return ir.FloatAttr(op.attributes[name]).value
+
+
+def read_bool(op: ir.Operation, name: str, default: bool = False) -> bool:
+    """An optional boolean attribute."""
+    return ir.BoolAttr(op.attributes[name]).value if name in op.attributes else default
+
+
+def read_bools(op: ir.Operation, name: str) -> list[bool]:
+    """An optional ``array<i1: ...>`` attribute (empty when absent)."""
+    return list(ir.DenseBoolArrayAttr(op.attributes[name])) if name in op.attributes else []
+
+
+def scalar_constant(v: Value) -> int | np.floating | None:
+    """A scalar ``stablehlo.constant``'s value: a Python int, or a numpy float of the
+    constant's own type; None for anything else."""
+    if not isinstance(v, ir.OpResult) or v.owner.name != "stablehlo.constant" or shape(v) != ():
+        return None
+    value = v.owner.attributes["value"]
+    et = elem(v)
+    if is_float_type(et):
+        dtype = np.dtype({16: np.float16, 32: np.float32, 64: np.float64}.get(ir.FloatType(et).width, object))
+        return dtype.type(ir.DenseFPElementsAttr(value)[0]) if dtype.kind == "f" else None
+    if isinstance(et, ir.IntegerType):
+        return int(list(ir.DenseIntElementsAttr(value))[0])
+    return None
+
+
 def _create(name: str, results: Sequence[ir.Type], operands: Sequence[Value],
             attributes: dict | None = None, regions: int = 0) -> ir.Operation:
     return ir.Operation.create(name, results=list(results), operands=list(operands),
@@ -406,6 +439,17 @@ def read_struct(op: ir.Operation, name: str) -> dict[str, list[int] | int]:
     for key, value in _FIELD.findall(str(op.attributes[name])):
         out[key] = [int(v) for v in value[1:-1].split(",") if v.strip()] if value[0] == "[" else int(value)
     return out
+
+
+def read_conv_layouts(op: ir.Operation) -> list[list[str]]:
+    """The three layouts of ``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>``."""
+    text = str(op.attributes["dimension_numbers"])
+    return [[t.strip() for t in layout.split(",")] for layout in re.findall(r"\[([^\]]*)\]", text)]
+
+
+def read_direction(op: ir.Operation) -> str:
+    """A ``stablehlo.compare``'s direction: ``EQ``, ``NE``, ``LT``, ``LE``, ``GT`` or ``GE``."""
+    return str(op.attributes["comparison_direction"]).split()[-1].rstrip(">")
 
 
 def struct_attr(kind: str, fields: dict, order: Sequence[str]) -> ir.Attribute:

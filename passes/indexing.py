@@ -180,7 +180,7 @@ def _sort(op, cts):
     dim = hlo.read_int(op, "dimension")
     operands = list(op.operands)
     iota = _private_iota(op, shape(operands[0]), dim)
-    stable = "is_stable" in op.attributes and ir.BoolAttr(op.attributes["is_stable"]).value
+    stable = hlo.read_bool(op, "is_stable")
     forward, block = hlo.sort([*operands, iota], dim, stable)
     with ir.InsertionPoint(block):
         hlo.return_(inline_region(op, 0, list(block.arguments)[:-2]), "stablehlo.return")

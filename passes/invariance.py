@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from . import hlo
 from .mlir import ir, shape
 from .reductions import reduce_kind
 
@@ -43,7 +44,7 @@ Entry = tuple[str, tuple]
 
 def constant_axes(broadcast: ir.Operation) -> set[int]:
     """Axes of a ``broadcast_in_dim`` result along which it is constant."""
-    mapped = list(ir.DenseI64ArrayAttr(broadcast.attributes["broadcast_dimensions"]))
+    mapped = hlo.read_i64_array(broadcast, "broadcast_dimensions")
     source, out = shape(broadcast.operands[0]), shape(broadcast.results[0])
     axes = {a for a in range(len(out)) if a not in mapped}
     axes |= {a for d, a in zip(source, mapped) if d == 1 and out[a] != 1}
@@ -121,14 +122,14 @@ def _through(op: ir.Operation, ins: list[Entry | None]) -> Entry | None:
     if name == "stablehlo.convert":
         return kind, origin
     if name == "stablehlo.broadcast_in_dim":
-        mapped = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+        mapped = hlo.read_i64_array(op, "broadcast_dimensions")
         constant = constant_axes(op)
         out = [None] * len(shape(op.results[0]))
         for i, a in enumerate(mapped):
             out[a] = None if a in constant else origin[i]
         return kind, tuple(out)
     if name == "stablehlo.reduce" and len(op.operands) == 2:
-        reduced = set(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        reduced = set(hlo.read_i64_array(op, "dimensions"))
         body = reduce_kind(op)
         if any(origin[a] is not None for a in reduced) or not (
                 kind == SCALE and body == "add" or kind == SHIFT and body in ("max", "min")):

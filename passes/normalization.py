@@ -13,7 +13,7 @@ from .registry import adjoint
 
 
 def _attrs(op: ir.Operation) -> tuple[float, int]:
-    return ir.FloatAttr(op.attributes["epsilon"]).value, hlo.read_int(op, "feature_index")
+    return hlo.read_float(op, "epsilon"), hlo.read_int(op, "feature_index")
 
 
 def _normalize(x, scale, offset, mean, var, eps: float, feature: int):

@@ -31,7 +31,7 @@ RELU = "irgrad.relu"
 
 
 def composite_name(op: ir.Operation) -> str:
-    return ir.StringAttr(op.attributes["name"]).value
+    return hlo.read_str(op, "name")
 
 
 def composite_attribute(op: ir.Operation, key: str) -> ir.Attribute | None:
