@@ -13,7 +13,7 @@ from collections.abc import Callable
 from . import dtypes
 from .custom_gradient import attach_gradient
 from .framework import Graph, Tensor
-from .ops.array_ops import ones_like
+from .ops.array_ops import ones_like, stop_gradient
 from .ops.core import convert_to_tensor, current_graph
 from .passes import backprop, hlo
 from .passes.mlir import context, dtype_name, elem, ir
@@ -99,20 +99,21 @@ NotDifferentiable = no_gradient
 
 def express_gradient(graph: Graph, op: ir.Operation, name: str) -> list[ir.Value] | None:
     """``op``'s results rerouted through an ``irgrad.custom_gradient`` composite whose gradient
-    is the function registered under ``name`` (traced now; ``None`` registered: no gradient),
+    is the function registered under ``name`` (traced now), or ``irgrad.stop_gradient`` when
+    ``name`` is registered as having none (``ig.no_gradient``),
     so that the choice is in the IR and exported modules differentiate as ``ig.gradients``
     does. None when nothing is registered under ``name`` yet: the name is then looked up when
     a gradient is taken (``graph_rule_lookup``), as TensorFlow does."""
     if name not in _USER_GRADIENTS:
         return None
     fn = _USER_GRADIENTS[name]
-    wrapped = graph.wrap_op(op)
     ys = [Tensor(r, graph) for r in op.results]
+    if fn is None:  # no gradient: said the one way the IR says it
+        return [stop_gradient(y).value for y in ys]
+    wrapped = graph.wrap_op(op)
     xs = [Tensor(v, graph) for v in op.operands]
 
     def grad_fn(*dys):
-        if fn is None:
-            return None
         out = fn(wrapped, *dys)
         out = as_list(out) if out is not None else [None]
         if len(out) != len(xs):
