@@ -183,10 +183,6 @@ class Graph:
         with context(), ir.InsertionPoint(self._blocks[-1]), ir.Location.name(unique):
             yield unique
 
-    def set_gradient(self, t: Tensor, name: str) -> None:
-        """Use the gradient registered under ``name`` for the op producing ``t``."""
-        self.op_gradient_names[t.value.owner.operation] = name
-
     # Set by irgrad.gradients, which builds on this module (a hook, not an import): reroutes an
     # op's results through the IR form of the gradient registered under a name, or returns None
     # when nothing is registered under it (yet).

@@ -346,6 +346,18 @@ def test_register_gradient_under_a_new_op_type_name():
     np.testing.assert_array_equal(f(np.array([1.0], np.float32)), [-2.0])
 
 
+def test_registered_gradient_with_the_wrong_number_of_gradients_is_a_value_error():
+    ig.RegisterGradient("test.two_for_one")(lambda op, g: [g, g])
+
+    def f(x):
+        with ig.get_default_graph().gradient_override_map({"stablehlo.tanh": "test.two_for_one"}):
+            return ig.tanh(x)
+
+    with pytest.raises(ValueError, match=r"'test.two_for_one' for 'stablehlo.tanh' returned 2 gradients, "
+                                         r"expected 1 \(one per input\)"):
+        ig.function(f).lower(ig.TensorSpec([2]))
+
+
 def test_no_gradient_gives_none_without_error():
     ig.no_gradient("test.NoGradOp")
 
