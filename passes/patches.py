@@ -10,14 +10,16 @@ over every axis; batch and feature axes have a window of 1), the element
   ``axis``. It is a pad and ``prod(window)`` strided slices: no gather, no zeros
   multiplied, and a matmul against it is a plain ``dot_general``.
 * ``col2im(y, ...)`` is its adjoint: the sum, for every element of ``x``, of the
-  entries of ``y`` that read it: one term per window offset, the offset's slab of ``y``
-  padded into place (interior padding ``stride - 1``, so nothing multiplies inserted
-  zeros), added up. When windows do not overlap (window ≤ stride, a patch embedding or
-  a 2×2 pool) the offsets interleave with the output positions: one transpose.
-  Grouping overlapping offsets by stride phase (a transpose of ``y`` padded to whole
-  strides, then ``ceil(window / stride)`` blocks) was measured slower: IREE 3.13 runs
-  that transpose with size-2 inner axes at ~8 GB/s, and the CNN's gradient spent
-  1.3 ms of 5.1 in it (per-offset terms: 4.1 ms; MobileNet 1.26 → 0.97 ms).
+  entries of ``y`` that read it. When windows do not overlap (window ≤ stride, a
+  patch embedding or a 2×2 pool) the offsets interleave with the output positions:
+  one transpose. Otherwise ``window_sum``: by stride phase (``xp[s·p + r]``), a sum
+  of plain slices of ``y`` padded once, the phases interleaved by a select on their
+  index and a reshape. IREE fuses all of it into one elementwise dispatch (and a
+  pad); a term per offset, interior-padded into place, cost a copy dispatch each
+  (9 per 3×3 convolution, 3 × 2 per 3×3 pool), and grouping by phase with
+  transposes ran at ~8 GB/s (size-2 inner axes). Benchmarks' gradients, IREE
+  dispatches and ms: CNN 107 → 58, ResNet block and MobileNet block likewise
+  (``benchmarks/README.md``).
 """
 from __future__ import annotations
 
@@ -63,19 +65,44 @@ def _with_taps(v: ir.Value, axis: int) -> ir.Value:
     return hlo.reshape(v, s[:axis] + [1] + s[axis:])
 
 
-def patches(x: ir.Value, pad_value: ir.Value, w: Windows, axis: int) -> ir.Value:
-    """``out[..o.., k, ..o..] = xp[o * stride + k * dilation]``: the taps axis at ``axis``."""
+def tap_slices(x: ir.Value, pad_value: ir.Value, w: Windows) -> list[ir.Value]:
+    """One strided slice of the padded operand per window offset (row-major order), each of
+    the output's shape: ``tap[k][o] = xp[o * stride + k * dilation]``."""
     rank, xs = len(shape(x)), shape(x)
     xp = hlo.pad(x, pad_value, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], [0] * rank)
     out = w.output(xs)
-    if w.disjoint:
-        return _disjoint_patches(xp, pad_value, out, w, axis)
     taps = []
     for k in w.offsets():
         start = [ki * d for ki, d in zip(k, w.dilation)]
         limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out, w.strides)]
-        taps.append(_with_taps(hlo.slice(xp, start, limit, w.strides), axis))
-    return taps[0] if len(taps) == 1 else hlo.concatenate(taps, axis)
+        taps.append(hlo.slice(xp, start, limit, w.strides))
+    return taps
+
+
+def patches(x: ir.Value, pad_value: ir.Value, w: Windows, axis: int) -> ir.Value:
+    """``out[..o.., k, ..o..] = xp[o * stride + k * dilation]``: the taps axis at ``axis``."""
+    if w.disjoint:
+        rank = len(shape(x))
+        xp = hlo.pad(x, pad_value, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], [0] * rank)
+        return _disjoint_patches(xp, pad_value, w.output(shape(x)), w, axis)
+    taps = tap_slices(x, pad_value, w)
+    if len(taps) == 1:
+        return _with_taps(taps[0], axis)
+    out = list(shape(taps[0]))
+    full = out[:axis] + [len(taps)] + out[axis:]
+    dims = [i if i < axis else i + 1 for i in range(len(out))]
+    return _select_stack(taps, full, dims, hlo.iota(full, ir.IntegerType.get_signless(32), axis))
+
+
+def _select_stack(values: list[ir.Value], full: list[int], dims: list[int], index: ir.Value) -> ir.Value:
+    """``values[i]`` (broadcast to ``full`` along ``dims``) where ``index == i``: a
+    concatenation IREE fuses into one elementwise dispatch with its operands' slices,
+    where ``stablehlo.concatenate`` costs a copy dispatch per operand."""
+    z = None
+    for number in reversed(range(len(values))):
+        v = hlo.broadcast_in_dim(values[number], full, dims)
+        z = v if z is None else hlo.select(hlo.compare(index, hlo.splat(number, index.type), "EQ"), v, z)
+    return z
 
 
 def _disjoint_patches(xp: ir.Value, pad_value: ir.Value, out: list[int], w: Windows, axis: int) -> ir.Value:
@@ -108,37 +135,115 @@ def unpad(xp: ir.Value, padding: Sequence[tuple[int, int]], interior: Sequence[i
 
 def col2im(y: ir.Value, x_shape: Sequence[int], w: Windows, axis: int) -> ir.Value:
     """The adjoint of ``patches``: an ``x_shape`` tensor (the padding's share dropped)."""
-    rank = len(x_shape)
     ys = list(shape(y))
     out = ys[:axis] + ys[axis + 1:]
-    # Name every axis: ("o", i) an output position, ("k", i) a window offset along axis i.
-    labels = [("o", i) for i in range(axis)] + [("k", i) for i in range(rank)] + \
-             [("o", i) for i in range(axis, rank)]
-    y = hlo.reshape(y, out[:axis] + list(w.window) + out[axis:])
     zero = hlo.zeros(tensor_type([], elem(y)))
     if w.disjoint:
-        total = _disjoint(y, labels, out, w, w.padded(x_shape), zero)
-    else:
-        total = _per_offset(y, labels, out, w, w.padded(x_shape), zero)
-    return unpad(total, w.padding)
+        # Name every axis: ("o", i) an output position, ("k", i) a window offset along axis i.
+        labels = [("o", i) for i in range(axis)] + [("k", i) for i in range(len(x_shape))] + \
+                 [("o", i) for i in range(axis, len(x_shape))]
+        y = hlo.reshape(y, out[:axis] + list(w.window) + out[axis:])
+        return unpad(_disjoint(y, labels, out, w, w.padded(x_shape), zero), w.padding)
+    yp = pad_windows(y, x_shape, w, zero, skip=axis)
+    size = phase_shape(x_shape, w)
+
+    def term(tap: int, start: list[int]) -> ir.Value:
+        begin = start[:axis] + [tap] + start[axis:]
+        return hlo.reshape(hlo.slice(yp, begin, [b + n for b, n in zip(begin, size[:axis] + [1] + size[axis:])],
+                                     [1] * len(begin)), size)
+    return window_sum(term, x_shape, w, elem(y))
 
 
-def _per_offset(y: ir.Value, labels: list, out: list[int], w: Windows, xp: list[int], zero: ir.Value) -> ir.Value:
-    """One interior-padded term per window offset (any dilation)."""
-    rank, total = len(out), None
-    ys = shape(y)
-    order = [labels.index(("o", i)) for i in range(rank)]
-    for k in w.offsets():
-        start = [k[i] if kind == "k" else 0 for kind, i in labels]
-        limit = [k[i] + 1 if kind == "k" else d for (kind, i), d in zip(labels, ys)]
-        term = hlo.transpose(hlo.slice(y, start, limit, [1] * len(ys)), order + [a for a in range(len(ys))
-                                                                                  if a not in order])
-        term = hlo.reshape(term, out)
-        low = [ki * d for ki, d in zip(k, w.dilation)]
-        high = [p - lo - ((o - 1) * s + 1 if o else 0) for p, lo, o, s in zip(xp, low, out, w.strides)]
-        term = hlo.pad(term, zero, low, high, [s - 1 for s in w.strides])
-        total = term if total is None else hlo.add(total, term)
+class _Phases:
+    """Which positions of the padded operand ``window_sum`` computes, along each axis: the
+    phase positions ``p0 ≤ p < p0 + size`` (``xp[s·p + r]``) covering the unpadded operand,
+    and the padding (``low``, ``high``) that makes every term a plain slice of an
+    output-shaped tensor: window ``o`` is at ``o + low``."""
+
+    def __init__(self, x_shape: Sequence[int], w: Windows) -> None:
+        padded, out = w.padded(x_shape), w.output(x_shape)
+        reach = [(k - 1) * d // s for k, d, s in zip(w.window, w.dilation, w.strides)]
+        # The padded positions [begin, end) that are elements of the operand.
+        self.begin = [max(lo, 0) for lo, _ in w.padding]
+        self.end = [min(lo + n, p) for (lo, _), n, p in zip(w.padding, x_shape, padded)]
+        self.p0 = [b // s for b, s in zip(self.begin, w.strides)]
+        self.size = [max(0, -(-e // s) - p) for e, s, p in zip(self.end, w.strides, self.p0)]
+        self.low = [max(0, q - p) for q, p in zip(reach, self.p0)]
+        self.high = [max(0, p + n - o) for p, n, o in zip(self.p0, self.size, out)]
+
+
+def phase_shape(x_shape: Sequence[int], w: Windows) -> list[int]:
+    """The shape of every ``window_sum`` term."""
+    return _Phases(x_shape, w).size
+
+
+def pad_windows(v: ir.Value, x_shape: Sequence[int], w: Windows, value: ir.Value, skip: int | None = None) -> ir.Value:
+    """An output-shaped tensor (an extra axis at ``skip`` left alone) padded so that
+    ``window_sum``'s terms are plain slices of it."""
+    ph = _Phases(x_shape, w)
+    low, high = ph.low, ph.high
+    if skip is not None:
+        low, high = low[:skip] + [0] + low[skip:], high[:skip] + [0] + high[skip:]
+    if not any(low) and not any(high):
+        return v
+    return hlo.pad(v, value, low, high, [0] * len(low))
+
+
+def window_slice(v: ir.Value, start: Sequence[int], size: Sequence[int]) -> ir.Value:
+    """``v[start : start + size]``: one term of ``window_sum`` from a ``pad_windows`` tensor."""
+    return hlo.slice(v, start, [b + n for b, n in zip(start, size)], [1] * len(size))
+
+
+def window_sum(term, x_shape: Sequence[int], w: Windows, element: ir.Type) -> ir.Value:
+    """The ``x_shape`` tensor whose element ``i`` sums, over every window ``o`` and offset
+    ``k`` reading it (``o·s + k·d = i + low``), the value of window ``o`` at offset ``k``;
+    ``term(k, start)`` gives offset ``k``'s values (``k`` flat, row-major) for windows
+    ``p - (k·d - r) / s``, as a ``phase_shape`` slice at ``start`` of a ``pad_windows``
+    tensor.
+
+    By stride phase: ``xp[s·p + r]`` is reached by the offsets with ``k·d ≡ r (mod s)``,
+    from window ``p - (k·d - r) / s``. Each phase is a sum of slices, the phases are
+    interleaved by a select on their index and a reshape: elementwise work IREE fuses
+    into one dispatch, where a padded term per offset costs a copy each."""
+    ph, rank = _Phases(x_shape, w), len(x_shape)
+    offsets = w.offsets()
+    phases = []
+    for r in itertools.product(*[range(s) for s in w.strides]):
+        total = None
+        for tap, k in enumerate(offsets):
+            lands = [ki * d - ri for ki, d, ri in zip(k, w.dilation, r)]
+            if any(n < 0 or n % s for n, s in zip(lands, w.strides)):
+                continue
+            t = term(tap, [p + low - n // s for p, low, n, s in zip(ph.p0, ph.low, lands, w.strides)])
+            total = t if total is None else hlo.add(total, t)
+        phases.append(hlo.zeros(tensor_type(ph.size, element)) if total is None else total)
+    total = phases[0] if len(phases) == 1 else _interleave(phases, ph.size, w.strides)
+    # total covers padded positions [p0·s, (p0 + size)·s): keep the operand's, zeros where
+    # a negative padding cut it.
+    first = [b - p * s for b, p, s in zip(ph.begin, ph.p0, w.strides)]
+    last = [e - p * s for e, p, s in zip(ph.end, ph.p0, w.strides)]
+    if any(f or n * s != e for f, n, s, e in zip(first, ph.size, w.strides, last)):
+        total = hlo.slice(total, first, last, [1] * rank)
+    cut = [(b - lo, lo + n - e) for b, e, (lo, _), n in zip(ph.begin, ph.end, w.padding, x_shape)]
+    if any(a or b for a, b in cut):
+        total = hlo.pad(total, hlo.zeros(tensor_type([], element)), [a for a, _ in cut], [b for _, b in cut],
+                        [0] * rank)
     return total
+
+
+def _interleave(phases: list[ir.Value], size: list[int], strides: list[int]) -> ir.Value:
+    """``z[s·p + r] = phases[r][p]`` (``r`` a multi-index, row-major): every phase broadcast
+    to (position, phase) axes, a select on the phase index, one reshape."""
+    full, dims, index = [], [], None
+    i32 = ir.IntegerType.get_signless(32)
+    for n, s in zip(size, strides):
+        dims.append(len(full))
+        full += [n, s] if s > 1 else [n]
+    for axis, s in enumerate(strides):
+        if s > 1:
+            digit = hlo.iota(full, i32, dims[axis] + 1)
+            index = digit if index is None else hlo.add(hlo.multiply(index, hlo.splat(s, digit.type)), digit)
+    return hlo.reshape(_select_stack(phases, full, dims, index), [n * s for n, s in zip(size, strides)])
 
 
 def _disjoint(y: ir.Value, labels: list, out: list[int], w: Windows, xp: list[int], zero: ir.Value) -> ir.Value:

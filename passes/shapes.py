@@ -7,9 +7,19 @@ expanded. Elementwise rules never unbroadcast.
 from __future__ import annotations
 
 from . import hlo
+from .choices import sum_by_vecmat
 from .hlo import read_i64_array
-from .mlir import shape
+from .mlir import elem, is_float_type, shape, tensor_type
 from .registry import adjoint
+
+
+def _sum(ct, dims):
+    """ct summed over ``dims``: ``ones · ct`` where ``choices.sum_by_vecmat`` says so."""
+    dims, ys = sorted(dims), shape(ct)
+    if not sum_by_vecmat(ys, dims, is_float_type(elem(ct))):
+        return hlo.reduce_sum(ct, dims)
+    ones = hlo.ones(tensor_type([ys[d] for d in dims], elem(ct)))
+    return hlo.dot_general(ones, ct, [], [], list(range(len(dims))), dims)
 
 
 @adjoint("stablehlo.broadcast_in_dim")
@@ -21,7 +31,7 @@ def _broadcast_in_dim(op, cts):
     xs, ys = shape(x), shape(ct)
     summed = [d for d in range(len(ys)) if d not in dims]
     summed += [d for i, d in enumerate(dims) if xs[i] == 1 and ys[d] != 1]
-    total = hlo.reduce_sum(ct, summed)
+    total = _sum(ct, summed)
     # The kept dims may be permuted relative to x's order.
     kept = [d for d in dims if d not in summed]
     order = sorted(range(len(kept)), key=lambda i: kept[i])
@@ -34,7 +44,7 @@ def _broadcast(op, cts):
     """the older broadcast prepends dims: sum them away"""
     (ct,) = cts
     added = len(shape(ct)) - len(shape(op.operands[0]))
-    return (hlo.reduce_sum(ct, range(added)),)
+    return (_sum(ct, range(added)),)
 
 
 @adjoint("stablehlo.set_dimension_size")

@@ -4,23 +4,24 @@ Notation: the operand padded and dilated as the op does it is ``xp``; window
 ``w`` reads ``xp[w * stride + k * window_dilation]`` for window offsets ``k``.
 
 * add: ``d xp = T(ct)``, the transposed window sum. Where
-  ``choices.pool_by_patches`` allows: ``col2im`` of ``ct`` broadcast to every
-  offset (``patches.py``; a reshape for non-overlapping windows). Otherwise
-  (long windows such as cumulative sums, base dilations): a reduce_window add
-  of ``ct`` dilated by the strides and padded by the window span; then the
-  padding is cut off and the base dilation undone (a strided slice).
+  ``choices.pool_by_patches`` allows: ``window_sum`` of ``ct`` (``patches.py``:
+  per stride phase, a sum of slices of ``ct``; a reshape for non-overlapping
+  windows). Otherwise (long windows such as cumulative sums, base dilations): a
+  reduce_window add of ``ct`` dilated by the strides and padded by the window
+  span; then the padding is cut off and the base dilation undone (a strided
+  slice).
 * max / min: one winner per window, the first in row-major order among ties
   (TensorFlow's and XLA's select_and_scatter convention). Where
-  ``choices.pool_by_patches`` allows, the winner is found among the window's
-  patches (the first offset equal to the result) and ``ct`` goes back through
-  ``col2im`` (``patches.py``); otherwise a variadic reduce_window carries the
-  flat index of the winner next to the value and ``ct`` is scatter-added at
-  those indices. Both work for overlapping windows, where IREE 3.13 cannot
-  compile ``select_and_scatter``.
-* Overlapping windows over several axes (a 3×3 pool) are differentiated one axis
-  at a time, as the pool over the last axis followed by the pool of that over the
-  others: 3 + 3 patches instead of 9, and for max/min the same first winner. The
-  CNN benchmark's gradient: 3.8 → 3.3 ms (``benchmarks/profile.py``).
+  ``choices.pool_by_patches`` allows, the winner's offset is an elementwise chain
+  over the window's taps (strided slices of the operand; the first tap equal to
+  the result wins) and ``ct`` goes back through ``window_sum``: a select per
+  offset, no concatenated patches, two or three dispatches in all. Otherwise a
+  variadic reduce_window carries the flat index of the winner next to the value
+  and ``ct`` is scatter-added at those indices. Both work for overlapping
+  windows, where IREE 3.13 cannot compile ``select_and_scatter``. The CNN
+  benchmark's gradient (two 3×3 stride-2 pools): 107 → 58 dispatches, and the
+  pools' share of the dispatch time 28 % → 6 % (``benchmarks/profile.py``);
+  concatenated patches, one window axis at a time, cost ~23 dispatches a pool.
 * mul: ``d x_i = sum over windows w containing i of ct_w * prod_{j in w, j != i} x_j``,
   exact with zeros: with ``P_w`` the product of the window's non-zero elements
   and ``z_w`` its number of zeros, ``d x = T(ct * P * [z == 0]) / x`` where
@@ -33,7 +34,7 @@ from __future__ import annotations
 from . import hlo
 from .choices import pool_by_patches
 from .mlir import elem, ir, shape, tensor_type
-from .patches import Windows, col2im, patches, unpad
+from .patches import Windows, col2im, pad_windows, phase_shape, tap_slices, unpad, window_slice, window_sum
 from .reductions import reduce_kind
 from .registry import adjoint, missing
 
@@ -95,57 +96,34 @@ def _argwindow(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Window) 
     return hlo.reshape(hlo.slice(flat, [0], [n], [1]), shape(x))
 
 
-def _patch_winner(x: ir.Value, init: ir.Value, kind: str, ct: ir.Value, geometry: Windows,
-                  y: ir.Value | None = None) -> ir.Value:
-    """ct to the first offset of each window whose patch equals the window's result ``y``
-    (computed from the patches when not given). The offsets axis goes first: every offset
-    is then one contiguous slab.
+def _patch_winner(x: ir.Value, init: ir.Value, ct: ir.Value, geometry: Windows, y: ir.Value) -> ir.Value:
+    """``ct`` to the first offset of each window whose tap equals the window's result ``y``
+    (row-major order), back through ``window_sum``: the winner's index is an elementwise
+    chain over the taps, and each phase of ``d x`` a sum of selects of slices."""
+    taps, i32 = tap_slices(x, hlo.reshape(init, []), geometry), ir.IntegerType.get_signless(32)
+    first = hlo.splat(len(taps), tensor_type(shape(y), i32))
+    for number in reversed(range(len(taps))):
+        first = hlo.select(hlo.compare(taps[number], y, "EQ"), hlo.splat(number, first.type), first)
+    x_shape = shape(x)
+    first = pad_windows(first, x_shape, geometry, hlo.splat(len(taps), tensor_type([], i32)))
+    ct = pad_windows(ct, x_shape, geometry, _scalar_zero(ct))
+    size = phase_shape(x_shape, geometry)
+    zero = hlo.zeros(tensor_type(size, elem(ct)))
 
-    A window over several axes is taken one axis at a time, the last first: ``m``, the
-    pool over the last windowed axis alone, then the rest pooled over ``m``. The first
-    winner in row-major order is the first row holding the maximum, then the first
-    offset in that row, so routing ``ct`` back through the two stages picks the same
-    winner, through ``k₁ + k₂`` patches instead of ``k₁ · k₂`` (3 + 3 for a 3×3 pool)."""
-    axes = [i for i, k in enumerate(geometry.window) if k > 1]
-    if len(axes) > 1 and not geometry.disjoint:
-        inner, outer = _split_last(geometry, axes[-1])
-        p = patches(x, hlo.reshape(init, []), inner, 0)
-        m = hlo.reduce(p, [0], kind)
-        return _route(p, m, _patch_winner(m, init, kind, ct, outer, y), inner, shape(x))
-    p = patches(x, hlo.reshape(init, []), geometry, 0)  # [taps, out...]
-    return _route(p, hlo.reduce(p, [0], kind) if y is None else y, ct, geometry, shape(x))
-
-
-def _split_last(w: Windows, axis: int) -> tuple[Windows, Windows]:
-    """The window along ``axis`` alone, and the window over every other axis."""
-    def keep(on):
-        return Windows([k if on(i) else 1 for i, k in enumerate(w.window)],
-                       [s if on(i) else 1 for i, s in enumerate(w.strides)],
-                       [p if on(i) else (0, 0) for i, p in enumerate(w.padding)],
-                       [d if on(i) else 1 for i, d in enumerate(w.dilation)])
-    return keep(lambda i: i == axis), keep(lambda i: i != axis)
-
-
-def _route(p: ir.Value, y: ir.Value, ct: ir.Value, geometry: Windows, x_shape) -> ir.Value:
-    """``ct`` to the first of the patches ``p`` (taps first) equal to ``y``, back through col2im."""
-    ps, taps, i32 = list(shape(p)), geometry.taps, ir.IntegerType.get_signless(32)
-    spread = lambda v: hlo.broadcast_in_dim(v, ps, list(range(1, len(ps))))  # noqa: E731
-    offset = hlo.iota(ps, i32, 0)
-    first = hlo.reduce(hlo.select(hlo.compare(p, spread(y), "EQ"), offset, hlo.splat(taps, offset.type)), [0], "min")
-    winner = hlo.compare(offset, spread(first), "EQ")
-    return col2im(hlo.select(winner, spread(ct), hlo.zeros(p.type)), x_shape, geometry, 0)
+    def term(tap: int, start: list[int]) -> ir.Value:
+        won = hlo.compare(window_slice(first, start, size), hlo.splat(tap, tensor_type(size, i32)), "EQ")
+        return hlo.select(won, window_slice(ct, start, size), zero)
+    return window_sum(term, x_shape, geometry, elem(ct))
 
 
 def _spread(ct: ir.Value, x_shape, geometry: Windows) -> ir.Value:
-    """The adjoint of a window sum through col2im: each window's ct to each of its offsets.
-    Overlapping windows over several axes are taken one axis at a time (see ``_patch_winner``)."""
-    axes = [i for i, k in enumerate(geometry.window) if k > 1]
-    if len(axes) > 1 and not geometry.disjoint:
-        inner, outer = _split_last(geometry, axes[-1])
-        return _spread(_spread(ct, inner.output(x_shape), outer), x_shape, inner)
-    rank = len(x_shape)
-    taps = hlo.broadcast_in_dim(ct, [geometry.taps, *shape(ct)], list(range(1, rank + 1)))
-    return col2im(taps, x_shape, geometry, 0)
+    """The adjoint of a window sum: each window's ct to each of its offsets."""
+    if geometry.disjoint:
+        rank = len(x_shape)
+        return col2im(hlo.broadcast_in_dim(ct, [geometry.taps, *shape(ct)], list(range(1, rank + 1))),
+                      x_shape, geometry, 0)
+    padded, size = pad_windows(ct, x_shape, geometry, _scalar_zero(ct)), phase_shape(x_shape, geometry)
+    return window_sum(lambda tap, start: window_slice(padded, start, size), x_shape, geometry, elem(ct))
 
 
 def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
@@ -186,5 +164,5 @@ def _reduce_window(op, cts):
     if kind == "mul":
         return _window_product(x, ct, w), None
     if pool_by_patches(w.dims, w.base):
-        return _patch_winner(x, init, kind, ct, w.geometry(), op.results[0]), None
+        return _patch_winner(x, init, ct, w.geometry(), op.results[0]), None
     return _argwindow(x, init, ct, kind, w), None

@@ -103,6 +103,9 @@ CONV_CASES = {
     "kernel_past_matmul_limit": conv_case([1, 130, 2], [128, 2, 3], dn="[b, 0, f]x[0, i, o]->[b, 0, f]"),
     "conv1d_strided_dilated": conv_case([2, 11, 3], [3, 3, 2], dn="[b, 0, f]x[0, i, o]->[b, 0, f]",
                                         stride=[2], pad=[[2, 1]], rhs_dil=[2]),
+    # window_sum's phases: a kernel longer than twice the stride (two taps per phase and
+    # axis), with padding that is cut at one end and negative at the other.
+    "kernel_5_stride_3_padding_cut": conv_case([1, 11, 9, 2], [5, 4, 2, 3], stride=[3, 2], pad=[[2, -1], [-1, 3]]),
 }
 
 
@@ -154,6 +157,12 @@ WINDOW_CASES = {
     "max_window_dilation": window_case("max", [7, 6], [2, 3], [2, 1], [[1, 2], [0, 1]], dilation=[2, 1]),
     "max_long_window": window_case("max", [2, 70], [1, 70], pad=[[0, 0], [69, 0]]),  # past MAX_POOL_TAPS
     "min_overlapping": window_case("min", [6, 6], [3, 2], [2, 1], [[1, 1], [0, 0]]),
+    # window_sum's phases: a stride past the window (phases no offset reaches), windows of
+    # 5 at stride 2 (three offsets per phase), negative padding.
+    "max_gaps": window_case("max", [2, 10, 9], [1, 2, 2], [1, 3, 4]),
+    "max_5_stride_2_negative_padding": window_case("max", [9, 8], [5, 3], [2, 2], [[2, -1], [-2, 2]]),
+    "add_5_stride_2_negative_padding": window_case("add", [9, 8], [5, 3], [2, 2], [[2, -1], [-2, 2]]),
+    "add_dilated_stride_2": window_case("add", [11, 4], [3, 2], [2, 1], [[1, 1], [0, 0]], dilation=[2, 2]),
     "mul_cumprod": window_case("mul", [3, 5], [1, 5], pad=[[0, 0], [4, 0]]),
     "mul_overlapping_with_zeros": window_case(
         "mul", [6, 4], [3, 2], [1, 2], [[1, 1], [0, 0]],
@@ -185,7 +194,7 @@ def test_max_window_has_one_winner_per_window():
 
 def test_overlapping_2d_max_pool_ties_go_to_the_first_winner_in_row_major_order():
     """A 3×3 stride-2 pool over values with many ties (relu's zeros), against a numpy
-    select_and_scatter: the axis-at-a-time adjoint must pick the same winner."""
+    select_and_scatter: the winner chain over the 9 taps must pick the same winner."""
     x = np.random.default_rng(7).integers(-1, 2, size=(7, 6)).clip(0).astype(np.float64)
     x[2, :] = 1.0  # a row of equal maxima
     text, _ = window_case("max", [7, 6], [3, 3], [2, 2], [[1, 1], [0, 1]])
