@@ -1,6 +1,6 @@
-"""irgrad's gradients of seven small models against the forward, JAX's adjoint and XLA.
+"""irgrad's gradients of eight models against the forward, JAX's adjoint and XLA.
 
-    benchmarks/.venv/bin/python benchmarks/bench_models.py           # full run (about 5 min, 2 cores)
+    benchmarks/.venv/bin/python benchmarks/bench_models.py           # full run (about 7 min, 2 cores)
     benchmarks/.venv/bin/python benchmarks/bench_models.py --quick   # one build, few rounds
     benchmarks/.venv/bin/python benchmarks/bench_models.py --models cnn,vit --dump /tmp/mlir
 
@@ -30,6 +30,8 @@ arguments for irgrad and for JAX):
                  mean-squared error.
 * ``lstm``       ``lax.scan`` over 32 steps, batch 16, input 32, hidden 64, a dense
                  head on every step, mean-squared error.
+* ``mobilenetv2`` keras.applications' MobileNetV2 (alpha 0.35, 10 classes) on
+                 8×32×32×3, batch norm in train mode after each of its 52 convolutions.
 
 Per model:
 
@@ -301,6 +303,77 @@ def mobilenet() -> Model:
     return Model("mobilenet", loss, args, ["w0", "b0", "w_dw", "b_dw", "w_pw", "b_pw", "x"])
 
 
+def mobilenetv2() -> Model:
+    """keras.applications' MobileNetV2 (alpha 0.35, 32×32 inputs, 10 classes), batch norm in
+    train mode: 52 convolutions (17 depthwise, 5 of them strided), the issue's real-model case."""
+    rng = _rng(8)
+    alpha, batch, classes = 0.35, 8, 10
+
+    def channels(c: int) -> int:  # keras' _make_divisible(c * alpha, 8)
+        v = max(8, int(c * alpha + 4) // 8 * 8)
+        return v + 8 if v < 0.9 * c * alpha else v
+
+    names, args, layers = [], [], []
+
+    def param(name, value):
+        names.append(name)
+        args.append(value)
+
+    def conv_bn(kind, cin, cout, k, stride):
+        i = len(layers)
+        w = (weight(rng, k, k, 1, cin, fan_in=k * k) if kind == "dw" else
+             weight(rng, k, k, cin, cout, fan_in=k * k * cin))
+        param(f"w{i}", w)
+        param(f"g{i}", 1 + normal(rng, cout, scale=0.1))
+        param(f"b{i}", normal(rng, cout, scale=0.1))
+        layers.append((kind, stride))
+
+    stem = channels(32)
+    conv_bn("conv", 3, stem, 3, 2)
+    blocks, cin = [], stem
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for j in range(n):
+            stride, cout, first = (s if j == 0 else 1), channels(c), len(layers)
+            if t != 1:
+                conv_bn("conv", cin, cin * t, 1, 1)
+            conv_bn("dw", cin * t, cin * t, 3, stride)
+            conv_bn("project", cin * t, cout, 1, 1)
+            blocks.append((first, len(layers), stride == 1 and cin == cout))
+            cin = cout
+    conv_bn("conv", cin, 1280, 1, 1)
+    param("w_out", weight(rng, 1280, classes, fan_in=1280))
+    param("b_out", normal(rng, classes, scale=0.1))
+    param("x", normal(rng, batch, 32, 32, 3))
+    param("y", one_hot(rng, batch, classes))
+
+    def batch_norm(h, gamma, beta, eps: float = 1e-3):
+        mean = jnp.mean(h, axis=(0, 1, 2))
+        var = jnp.mean(jnp.square(h - mean), axis=(0, 1, 2))
+        return (h - mean) * lax.rsqrt(var + eps) * gamma + beta
+
+    def layer(h, i, p):
+        kind, stride = layers[i]
+        w, g, b = p[3 * i: 3 * i + 3]
+        h = conv(h, w, stride=stride, groups=h.shape[-1] if kind == "dw" else 1)
+        h = batch_norm(h, g, b)
+        return h if kind == "project" else jax.nn.relu6(h)
+
+    def loss(*p):
+        x, y = p[-2], p[-1]
+        h = layer(x, 0, p)
+        for first, end, residual in blocks:
+            out = h
+            for i in range(first, end):
+                out = layer(out, i, p)
+            h = h + out if residual else out
+        h = layer(h, len(layers) - 1, p)
+        logits = jnp.mean(h, axis=(1, 2)) @ p[-4] + p[-3]
+        return cross_entropy(logits, y)
+
+    return Model("mobilenetv2", loss, args, names)
+
+
 def resnet() -> Model:
     rng = _rng(6)
 
@@ -345,7 +418,7 @@ def lstm() -> Model:
 
 MODELS: dict[str, Callable[[], Model]] = {
     "mlp": mlp, "cnn": cnn, "attention": attention, "vit": vit,
-    "mobilenet": mobilenet, "resnet": resnet, "lstm": lstm,
+    "mobilenet": mobilenet, "resnet": resnet, "lstm": lstm, "mobilenetv2": mobilenetv2,
 }
 
 # ----- XLA as a program of the interleaved timing -----------------------------------------------
@@ -608,7 +681,10 @@ def targets(res: Result) -> str:
 
 def print_model(res: Result, model: Model) -> None:
     rows: list[tuple[str, str, str]] = []
-    shapes = ", ".join(f"{nm} {'x'.join(map(str, a.shape))}" for nm, a in zip(model.names, model.args))
+    shapes = [f"{nm} {'x'.join(map(str, a.shape))}" for nm, a in zip(model.names, model.args)]
+    if len(shapes) > 12:
+        shapes = shapes[:6] + [f"… {len(shapes) - 10} more …"] + shapes[-4:]
+    shapes = ", ".join(shapes)
     print(f"\n== {res.name}: {shapes}", flush=True)
     for stage, message in res.errors.items():
         rows.append((f"ERROR in {stage}", "", message.replace("\n", " ⏎ ")))

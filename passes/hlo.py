@@ -338,8 +338,13 @@ def reduce_init(kind: str, element: ir.Type) -> float | int | bool:
 
 
 def reduce(x: Value, dims: Sequence[int], kind: str) -> Value:
-    """``stablehlo.reduce`` of one operand over ``dims`` with an add/mul/max/min body."""
+    """``stablehlo.reduce`` of one operand over ``dims`` with an add/mul/max/min body.
+    Dimensions of size 1 are reshaped away, not reduced."""
+    xs = shape(x)
     dims = sorted(int(d) for d in dims)
+    if any(xs[d] == 1 for d in dims):
+        x = reshape(x, [n for i, n in enumerate(xs) if not (i in dims and n == 1)])
+        dims = [d - sum(1 for e in dims if e < d and xs[e] == 1) for d in dims if xs[d] != 1]
     if not dims:
         return x
     et = elem(x)

@@ -16,7 +16,7 @@ from .registry import adjoint
 def _sum(ct, dims):
     """ct summed over ``dims``: ``ones · ct`` where ``choices.sum_by_vecmat`` says so."""
     dims, ys = sorted(dims), shape(ct)
-    if not sum_by_vecmat(ys, dims, is_float_type(elem(ct))):
+    if all(ys[d] == 1 for d in dims) or not sum_by_vecmat(ys, dims, is_float_type(elem(ct))):
         return hlo.reduce_sum(ct, dims)
     ones = hlo.ones(tensor_type([ys[d] for d in dims], elem(ct)))
     return hlo.dot_general(ones, ct, [], [], list(range(len(dims))), dims)

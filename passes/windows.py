@@ -18,10 +18,10 @@ Notation: the operand padded and dilated as the op does it is ``xp``; window
   offset, no concatenated patches, two or three dispatches in all. Otherwise a
   variadic reduce_window carries the flat index of the winner next to the value
   and ``ct`` is scatter-added at those indices. Both work for overlapping
-  windows, where IREE 3.13 cannot compile ``select_and_scatter``. The CNN
-  benchmark's gradient (two 3×3 stride-2 pools): 107 → 58 dispatches, and the
-  pools' share of the dispatch time 28 % → 6 % (``benchmarks/profile.py``);
-  concatenated patches, one window axis at a time, cost ~23 dispatches a pool.
+  windows, where IREE 3.13 cannot compile ``select_and_scatter``. In the CNN
+  benchmark's gradient (two 3×3 stride-2 pools) a pool's adjoint went from ~23
+  dispatches (concatenated patches, one window axis at a time) and 14 % of the
+  dispatch time to 3 dispatches and 5 % (``benchmarks/profile.py``).
 * mul: ``d x_i = sum over windows w containing i of ct_w * prod_{j in w, j != i} x_j``,
   exact with zeros: with ``P_w`` the product of the window's non-zero elements
   and ``z_w`` its number of zeros, ``d x = T(ct * P * [z == 0]) / x`` where
