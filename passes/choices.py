@@ -9,20 +9,23 @@ gradient written as the textbook convolution (batch and features swapped, the
 cotangent as the window) and the strided input gradient (a convolution over a
 cotangent with inserted zeros) are the worst cases. So a convolution, forward and
 both adjoints, is written as window patches (a pad and one strided slice per
-window offset) and a ``dot_general``: forward ``patches(x) · w``, weight gradient
-``patches(x)ᵀ · ct``, input gradient ``col2im(ct · wᵀ)``. No multiply touches an
+window offset, stacked by a select: one dispatch) and a ``dot_general``: forward
+``patches(x) · w``, weight gradient ``patches(x)ᵀ · ct``, input gradient
+``col2im(ct · wᵀ)`` (by stride phase, ``patches.window_sum``: one pad and one
+elementwise dispatch). No multiply touches an
 inserted zero, and feature groups (depthwise included) are a batch dimension of the
 ``dot_general``. The patches cost ``taps / stride²`` times the input's memory, so
 the choice is bounded by ``MAX_CONV_TAPS``; convolutions with an input dilation
 (transposed convolutions) or batch groups keep the convolution form.
 
-Pooling (``reduce_window``): for max/min the winner of each window is found among
-its patches (first in row-major order, as TensorFlow's select_and_scatter), and the
-cotangent goes back through ``col2im``: elementwise work IREE fuses, instead of a
-variadic ``reduce_window`` and a serial scatter. For sums the cotangent is spread
-by ``col2im`` (a reshape for non-overlapping windows) instead of a window sum over
-a cotangent with inserted zeros. Bounded by ``MAX_POOL_TAPS`` (cumulative sums and
-maxima use windows as long as the axis: those keep the reduce_window forms).
+Pooling (``reduce_window``): for max/min the winner of each window is found by an
+elementwise chain over its taps (first in row-major order, as TensorFlow's
+select_and_scatter), and the cotangent goes back through ``window_sum``: elementwise
+work IREE fuses (3 dispatches a pool), instead of a variadic ``reduce_window`` and a
+serial scatter. For sums the cotangent is spread by ``window_sum`` (a reshape for
+non-overlapping windows) instead of a window sum over a cotangent with inserted zeros.
+Bounded by ``MAX_POOL_TAPS`` (cumulative sums and maxima use windows as long as the
+axis: those keep the reduce_window forms).
 
 Sums that undo a broadcast (a bias's gradient): IREE 3.13 reduces over leading axes
 (the kept axes innermost, as a bias over NHWC or a batch) at 1–6 GB/s, and runs the same
