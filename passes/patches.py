@@ -149,9 +149,8 @@ def col2im(y: ir.Value, x_shape: Sequence[int], w: Windows, axis: int) -> ir.Val
     size = phase_shape(x_shape, w)
 
     def term(tap: int, start: list[int]) -> ir.Value:
-        begin = start[:axis] + [tap] + start[axis:]
-        return hlo.reshape(hlo.slice(yp, begin, [b + n for b, n in zip(begin, size[:axis] + [1] + size[axis:])],
-                                     [1] * len(begin)), size)
+        return hlo.reshape(window_slice(yp, start[:axis] + [tap] + start[axis:], size[:axis] + [1] + size[axis:]),
+                           size)
     return window_sum(term, x_shape, w, elem(y))
 
 
