@@ -28,7 +28,6 @@ from typer.core import TyperGroup
 import irgrad
 from irgrad import runtime
 from irgrad.function import compile_text
-from irgrad.passes.legalize import legalize_text
 from irgrad.runtime.vmfb import read_sidecar
 from irgrad.runtime.profile import profile_dispatches
 from irgrad.tools import (FAILURE, USAGE, CLIError, adjoints, describe_artifact, describe_targets, load_source,
@@ -216,7 +215,7 @@ def profile(
     elif wrt is not None:
         raise CLIError("--wrt needs --grad", USAGE)
     with progress(f"irgrad: profiling {source} (compiling, then timing every dispatch)"):
-        result = profile_dispatches(legalize_text(text), runtime.CompileOptions(), function=function)
+        result = profile_dispatches(text, runtime.CompileOptions(), function=function)
     typer.echo(result.table(top=top or None))
 
 

@@ -74,6 +74,7 @@ import iree.runtime as rt  # noqa: E402
 
 import irgrad as ig  # noqa: E402
 from irgrad import runtime as igrt  # noqa: E402
+from irgrad.runtime.compiler import compile_flags, compile_vmfb  # noqa: E402
 
 PEER_DIR = ROOT / "benchmarks" / "peer"
 MLP_BATCH, MLP_WIDTH, MLP_LAYERS = 64, 256, 4
@@ -152,10 +153,13 @@ def build_name(base: str, build: int) -> str:
     return base + "_" * (16 * build)
 
 
-def compile_timed(text: str, flags: Sequence[str] = ()) -> tuple[float, bytes]:
-    """IREE compile (llvm-cpu, cpu=host, irgrad's flags plus ``flags``) through irgrad's
-    runtime, no cache: (seconds, vmfb)."""
+def compile_timed(text: str, flags: Sequence[str] = (), peer: bool = False) -> tuple[float, bytes]:
+    """IREE compile (llvm-cpu, cpu=host, irgrad's flags plus ``flags``), no cache: (seconds, vmfb).
+    irgrad's modules take irgrad's compile path (``igrt.compile``: the IREE workarounds and the
+    forward-convolution rewrite first); a ``peer``'s module is compiled as its framework wrote it."""
     options = igrt.CompileOptions(target="llvm-cpu", cpu="host", extra_flags=tuple(flags))
+    if peer:
+        return timed(lambda: compile_vmfb(text, text, options, compile_flags(text, options)))
     seconds, artifact = timed(lambda: igrt.compile(text, options, cache=False, producer="bench_adjoint"))
     return seconds, artifact.vmfb
 
@@ -352,7 +356,7 @@ def bench_mlp(args: argparse.Namespace, table: list[tuple[str, str, str]]) -> di
         vmfbs = {}
         for key in rotate(list(sources), build):
             named = with_module_name(sources[key], build_name(f"mlp_{key}", build))
-            seconds, vmfbs[key] = compile_timed(named, args.iree_flag)
+            seconds, vmfbs[key] = compile_timed(named, args.iree_flag, peer=key.startswith("jax"))
             compile_s[key].append(seconds)
         for label, (key, function) in functions.items():
             if key in vmfbs:

@@ -102,7 +102,6 @@ import bench_adjoint as ba  # noqa: E402  (also puts the source tree first on sy
 
 import irgrad as ig  # noqa: E402
 from irgrad import runtime as igrt  # noqa: E402
-from irgrad.passes.legalize import legalize_text  # noqa: E402
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 try:
@@ -569,10 +568,10 @@ def bench_model(model: Model, args: argparse.Namespace) -> Result:
 
     # IREE: irgrad's module (@main and @main_grad) and JAX's adjoint, --builds builds each.
     # Without an adjoint, the forward alone is still timed against the peers.
-    # irgrad's module goes through irgrad's compile path (ig.compile): legalize_for_iree first,
+    # irgrad's module goes through irgrad's compile path (igrt.compile): legalize_for_iree first,
     # which also writes forward convolutions as patches + dot_general. JAX's adjoint is compiled
     # as JAX wrote it.
-    irgrad_text = legalize_text(grad_text if grad_text is not None else forward_text)
+    irgrad_text = grad_text if grad_text is not None else forward_text
     sources = {"jax_iree": jax_text, "irgrad": irgrad_text}
     functions = {"irgrad_fwd": ("irgrad", "main"), "irgrad_grad": ("irgrad", "main_grad"),
                  "jax_iree": ("jax_iree", "main")}
@@ -588,7 +587,7 @@ def bench_model(model: Model, args: argparse.Namespace) -> Result:
                 continue
             try:
                 named = ba.with_module_name(sources[key], ba.build_name(f"{model.name}_{key}", build))
-                seconds, vmfbs[key] = ba.compile_timed(named, args.iree_flag)
+                seconds, vmfbs[key] = ba.compile_timed(named, args.iree_flag, peer=key == "jax_iree")
                 compile_s[key].append(seconds)
             except Exception as exc:  # noqa: BLE001
                 if key == "jax_iree" and model.peer_loss is not None and not res.peer_note:
@@ -601,7 +600,7 @@ def bench_model(model: Model, args: argparse.Namespace) -> Result:
                         (Path(args.dump) / f"{model.name}_jax_adjoint_peer.mlir").write_text(peer_text)
                     named = ba.with_module_name(peer_text, ba.build_name(f"{model.name}_{key}", build))
                     try:
-                        seconds, vmfbs[key] = ba.compile_timed(named, args.iree_flag)
+                        seconds, vmfbs[key] = ba.compile_timed(named, args.iree_flag, peer=key == "jax_iree")
                         compile_s[key].append(seconds)
                         continue
                     except Exception as exc2:  # noqa: BLE001

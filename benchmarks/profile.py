@@ -32,7 +32,6 @@ sys.path.insert(0, str(ROOT))
 
 from irgrad import passes, runtime  # noqa: E402
 from irgrad.cli import CLIError, load_source, parse_wrt  # noqa: E402
-from irgrad.passes.legalize import legalize_text  # noqa: E402
 from irgrad.runtime.profile import profile_dispatches  # noqa: E402
 
 
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profiling {args.source}" + (f" @{function}" if function else "") + " (compiling, then timing "
               "every dispatch; this takes a while)...", file=sys.stderr, flush=True)
         start = time.perf_counter()
-        profile = profile_dispatches(legalize_text(text), options, function=function, device=args.device,
+        profile = profile_dispatches(text, options, function=function, device=args.device,
                                      repetitions=args.repetitions, min_time=args.min_time,
                                      batch_size=args.batch_size)
     except (CLIError, ValueError, RuntimeError, OSError) as error:

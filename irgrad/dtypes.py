@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .boundary import DTYPES
+
 
 class DType:
     """A tensor element type (``ig.float32``...). Compares equal to its name and numpy dtype."""
@@ -61,23 +63,14 @@ class DType:
         return hash(self.name)
 
 
-float16 = DType("float16", np.float16)
-bfloat16 = DType("bfloat16", np.float32)
-float32 = DType("float32", np.float32)
-float64 = DType("float64", np.float64)
-int8 = DType("int8", np.int8)
-int16 = DType("int16", np.int16)
-int32 = DType("int32", np.int32)
-int64 = DType("int64", np.int64)
-uint8 = DType("uint8", np.uint8)
-uint16 = DType("uint16", np.uint16)
-uint32 = DType("uint32", np.uint32)
-uint64 = DType("uint64", np.uint64)
-bool_ = DType("bool", np.bool_)
+# One DType per dtype the IR boundary spells; bfloat16 has no numpy scalar type.
+_BY_NAME = {name: DType(name, np.float32 if name == "bfloat16" else np.dtype(name).type) for name in DTYPES}
+float16, bfloat16, float32, float64 = (_BY_NAME[n] for n in ("float16", "bfloat16", "float32", "float64"))
+int8, int16, int32, int64 = (_BY_NAME[f"int{b}"] for b in (8, 16, 32, 64))
+uint8, uint16, uint32, uint64 = (_BY_NAME[f"uint{b}"] for b in (8, 16, 32, 64))
+bool_ = _BY_NAME["bool"]
 half, double = float16, float64
 
-_BY_NAME = {d.name: d for d in (float16, bfloat16, float32, float64, int8, int16, int32, int64,
-                                uint8, uint16, uint32, uint64, bool_)}
 _BY_NAME.update({"half": float16, "float": float32, "double": float64})
 
 

@@ -21,7 +21,6 @@ import numpy as np
 from . import dtypes, nest
 from .framework import Graph, Tensor, TensorShape
 from .ops.core import as_numpy, convert_to_tensor
-from .passes.legalize import legalize_text
 from .passes.mlir import ir, run_pipeline, verify
 from .variables import Variable
 from .version import __version__
@@ -104,8 +103,8 @@ def _producer() -> str:
 
 
 def compile_text(text: str, options: CompileOptions, cache: bool = True) -> Artifact:
-    """The one path from StableHLO text to an artifact: IREE workarounds, then IREE."""
-    return compile_ir(legalize_text(text), options, cache=cache, producer=_producer())
+    """``irgrad.runtime.compile`` with irgrad's version recorded as the producer."""
+    return compile_ir(text, options, cache=cache, producer=_producer())
 
 
 def _options(target: str, flags: dict) -> CompileOptions:

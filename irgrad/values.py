@@ -15,23 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from .runtime import DTYPES, TensorType
+from .boundary import ELEMENT_DTYPES
+from .runtime import TensorType
 from .tools import one_line
 
 __all__ = [
-    "MAX_PRINTED_ELEMENTS", "element_types", "numpy_dtype", "parse_type", "parse_value", "read_npy",
+    "MAX_PRINTED_ELEMENTS", "numpy_dtype", "parse_type", "parse_value", "read_npy",
     "parse_input", "format_array", "parse_output", "save_array", "report_results",
 ]
 
 # iree-run-module prints at most this many elements of a result.
 MAX_PRINTED_ELEMENTS = 1024
-
-
-def element_types() -> dict[str, str]:
-    """IREE element type name (f32, i1, ui8, si8, bf16, ...) -> irgrad dtype name."""
-    types = {str(TensorType((), dtype)): dtype for dtype in DTYPES}
-    types.update({f"si{bits}": f"int{bits}" for bits in (8, 16, 32, 64)})  # explicitly signed
-    return types
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
@@ -48,12 +42,11 @@ def numpy_dtype(dtype: str) -> np.dtype:
 def parse_type(text: str) -> tuple[tuple[int, ...], str]:
     """``2x3xf32`` -> ((2, 3), "float32"); ``f32`` -> ((), "float32")."""
     *dims, element = text.strip().split("x")
-    types = element_types()
-    if element not in types:
-        raise ValueError(f"unknown element type {element!r}; allowed: {', '.join(types)}")
+    if element not in ELEMENT_DTYPES:
+        raise ValueError(f"unknown element type {element!r}; allowed: {', '.join(ELEMENT_DTYPES)}")
     if not all(d.isdigit() for d in dims):
         raise ValueError(f"bad shape {'x'.join(dims)!r}; expected static sizes such as 2x3")
-    return tuple(int(d) for d in dims), types[element]
+    return tuple(int(d) for d in dims), ELEMENT_DTYPES[element]
 
 
 def parse_value(token: str, dtype: np.dtype) -> Any:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 
+from ..boundary import respell_foreign
 from . import hlo
 from .convolution import lower_convolution
-from .mlir import ir, is_float, parse_module, respell_foreign, shape
+from .mlir import ir, is_float, parse_module, shape
 
 
 def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:

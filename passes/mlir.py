@@ -1,21 +1,21 @@
 """The one import shim for the MLIR Python bindings shipped with IREE.
 
-Everything else in irgrad reaches MLIR through this module: the shared
-context, parsing and verification with one-line errors, the dtype <-> element
-type table, and cheap (cached) reads of tensor types.
+Every pass reaches MLIR through this module: the shared context, parsing and
+verification with one-line errors (``irgrad.boundary``'s, as the runtime reports
+them), element types by dtype name, and cheap (cached) reads of tensor types.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import tempfile
 import threading
-
-import importlib.util
-import re
-import sys
 import types
 
 from iree.compiler import ir, passmanager  # noqa: F401  (re-exported)
+
+from ..boundary import IRError, diagnostic, dtype_of_element, parse, spelling_of_dtype
 
 # The bindings look up Python op classes for a dialect by importing
 # iree.compiler.dialects.<dialect> whenever they wrap an op; IREE ships none for
@@ -31,10 +31,6 @@ __all__ = [
     "element_type", "dtype_name", "tensor_type", "shape", "elem", "is_float",
     "is_integer", "is_float_type", "is_integer_type", "loc_name", "run_pipeline",
 ]
-
-
-class IRError(ValueError):
-    """Malformed or invalid MLIR (parse or verifier failure)."""
 
 
 _lock = threading.Lock()
@@ -53,34 +49,9 @@ def context() -> ir.Context:
         return _context
 
 
-def _one_line(message: str) -> str:
-    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
-
-
-# Ops other producers print in dialects IREE's context lacks, and their StableHLO/CHLO
-# spelling (TensorFlow's StableHLO export prints XLA's erf as mhlo.erf).
-_FOREIGN = [(re.compile(r"\bmhlo\.erf\s+(%[\w#.$-]+)\s*:\s*(tensor<[^>]*>)"), r"chlo.erf \1 : \2 -> \2")]
-
-
-def respell_foreign(text: str) -> str:
-    """Rewrite known non-StableHLO spellings (``mhlo.erf``) into StableHLO/CHLO."""
-    if "mhlo." not in text:
-        return text
-    for pattern, replacement in _FOREIGN:
-        text = pattern.sub(replacement, text)
-    return text
-
-
 def parse_module(text: str) -> ir.Module:
     """Parse StableHLO/CHLO/func text into a verified module or raise IRError."""
-    text = respell_foreign(text)
-    ctx = context()
-    with ctx:
-        try:
-            module = ir.Module.parse(text)
-        except ir.MLIRError as e:
-            raise IRError(f"invalid MLIR: {_one_line(e)}") from None
-    return module
+    return parse(text, context())
 
 
 def verify(op: ir.Operation | ir.Module, what: str = "module") -> None:
@@ -92,7 +63,7 @@ def verify(op: ir.Operation | ir.Module, what: str = "module") -> None:
         fd, path = tempfile.mkstemp(prefix="irgrad-invalid-", suffix=".mlir")
         with os.fdopen(fd, "w") as f:
             f.write(operation.get_asm(enable_debug_info=True, assume_verified=True))
-        raise IRError(f"{what} failed MLIR verification: {_one_line(e)} (IR written to {path})") from None
+        raise IRError(f"{what} failed MLIR verification: {diagnostic(e)} (IR written to {path})") from None
 
 
 def run_pipeline(op: ir.Operation, pipeline: str) -> None:
@@ -102,19 +73,11 @@ def run_pipeline(op: ir.Operation, pipeline: str) -> None:
         try:
             pm.run(op.operation if hasattr(op, "operation") else op)
         except ir.MLIRError as e:
-            raise IRError(f"pass pipeline {pipeline} failed: {_one_line(e)}") from None
+            raise IRError(f"pass pipeline {pipeline} failed: {diagnostic(e)}") from None
 
 
 # ----- dtypes -----------------------------------------------------------------
 
-# numpy-style dtype name -> MLIR element type spelling.
-_DTYPES = {
-    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
-    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
-    "bool": "i1",
-}
-_DTYPE_OF_SPELLING = {v: k for k, v in _DTYPES.items()}
 _elem_cache: dict[str, ir.Type] = {}
 _type_cache: dict[ir.Type, tuple[tuple[int, ...], ir.Type]] = {}
 _float_cache: dict[ir.Type, bool] = {}
@@ -124,9 +87,7 @@ def element_type(dtype: str) -> ir.Type:
     """MLIR element type for a numpy-style dtype name ('float32' -> f32)."""
     t = _elem_cache.get(dtype)
     if t is None:
-        spelling = _DTYPES.get(dtype)
-        if spelling is None:
-            raise TypeError(f"unsupported dtype {dtype!r}; supported: {', '.join(_DTYPES)}")
+        spelling = spelling_of_dtype(dtype)
         with context():
             t = _elem_cache[dtype] = ir.Type.parse(spelling)
     return t
@@ -134,11 +95,7 @@ def element_type(dtype: str) -> ir.Type:
 
 def dtype_name(element: ir.Type) -> str:
     """numpy-style dtype name of an MLIR element type (f32 -> 'float32')."""
-    spelling = str(element)
-    name = _DTYPE_OF_SPELLING.get(spelling)
-    if name is None:
-        raise TypeError(f"unsupported element type {spelling}; supported: {', '.join(_DTYPE_OF_SPELLING)}")
-    return name
+    return dtype_of_element(str(element))
 
 
 def tensor_type(shape_: tuple[int, ...] | list[int], element: ir.Type | str) -> ir.RankedTensorType:

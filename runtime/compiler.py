@@ -26,10 +26,11 @@ from .artifact import Artifact, atomic_write
 from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, read_metadata
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target
-from .signature import parse_module, public_functions, signature_of
+from ..boundary import parse
+from .signature import public_functions, signature_of
 
 __all__ = [
-    "compile", "compile_flags", "compiler_version", "cache_dir", "cache_stats", "clear_memory_cache",
+    "compile", "compile_flags", "for_iree", "compiler_version", "cache_dir", "cache_stats", "clear_memory_cache",
     "needs_system_link",
 ]
 
@@ -79,6 +80,17 @@ def needs_system_link(mlir_text: str, options: CompileOptions) -> bool:
     return "linux" in options.triple if options.triple else sys.platform.startswith("linux")
 
 
+def for_iree(mlir_text: str) -> str:
+    """The text IREE 3.13 compiles correctly: StableHLO that hits one of its known bugs
+    rewritten into an equivalent form (``irgrad.passes.legalize``); unchanged otherwise.
+    Every compile and profile goes through it, so no caller can skip a workaround."""
+    # The workarounds are IR rewrites made with the passes' IR builder: imported when a module
+    # is compiled, so loading artifacts (a runtime-only install) never needs the compiler.
+    from ..passes.legalize import legalize_text
+
+    return legalize_text(mlir_text)
+
+
 def compile_flags(mlir_text: str, options: CompileOptions) -> list[str]:
     """The iree-compile flags ``compile`` uses for this text and these options."""
     return options.flags(system_link=needs_system_link(mlir_text, options))
@@ -91,7 +103,8 @@ def compile(
     cache: bool = True,
     producer: str | None = None,
 ) -> Artifact:
-    """Compiles a StableHLO module with IREE.
+    """Compiles a StableHLO module with IREE, after the workarounds for its known bugs
+    (``for_iree``): the one path from StableHLO text to an artifact.
 
     Args:
         mlir_text: the module as MLIR text (StableHLO, CHLO and func dialects).
@@ -110,6 +123,7 @@ def compile(
         options = CompileOptions(target=options)
     if not isinstance(mlir_text, str):
         raise TypeError(f"expected MLIR text as str, got {type(mlir_text).__name__}")
+    mlir_text = for_iree(mlir_text)
     flags = compile_flags(mlir_text, options)
     key = _cache_key(mlir_text, flags, producer)
 
@@ -188,7 +202,7 @@ def _annotate(
     info_json = json.dumps(info, sort_keys=True)
     functions: dict[str, Any] = {}
     with ir.Context() as context:
-        module = parse_module(mlir_text, context)
+        module = parse(mlir_text, context)
         for func in public_functions(module):
             signature = signature_of(func)
             functions[signature.name] = signature.to_json()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from ..boundary import IRError
+
 
 class CompileError(RuntimeError):
     """IREE could not compile a module.
@@ -22,8 +24,8 @@ class CompileError(RuntimeError):
         self.diagnostics = diagnostics
 
 
-class IRParseError(ValueError):
-    """The MLIR text does not parse or verify."""
+# The MLIR text does not parse or verify: the one error every layer raises for bad IR.
+IRParseError = IRError
 
 
 class ArtifactError(ValueError):

@@ -45,10 +45,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from .vmfb import runtime_tool
-from .compiler import compile_vmfb, compile_flags
+from .compiler import compile_flags, compile_vmfb, for_iree
 from .errors import CompileError, DeviceError
 from .options import CompileOptions, Target
-from .signature import Signature, parse_module, public_functions, signature_of
+from ..boundary import parse
+from .signature import Signature, public_functions, signature_of
 
 __all__ = ["DispatchTime", "Profile", "profile_dispatches", "describe_dispatch"]
 
@@ -345,7 +346,7 @@ def _prepare(mlir_text: str, function: str | None) -> tuple[str, dict[str, Signa
     from iree.compiler import ir
 
     with ir.Context() as context:
-        module = parse_module(mlir_text, context)
+        module = parse(mlir_text, context)
         funcs = public_functions(module)
         signatures: dict[str, Signature] = {}
         for func in funcs:
@@ -540,6 +541,7 @@ def profile_dispatches(
     if options.is_cross:
         raise ValueError(f"cannot profile code for {options.triple} on this machine; drop the triple")
     device = device or options.target.default_driver
+    mlir_text = for_iree(mlir_text)
     text, signatures = _prepare(mlir_text, function)
     if function is None and len(signatures) == 1:
         function = next(iter(signatures))

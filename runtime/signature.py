@@ -11,46 +11,12 @@ import dataclasses
 import re
 from typing import Any
 
-from .errors import IRParseError
+from ..boundary import DTYPES as _DTYPE_SPELLINGS
+from ..boundary import ELEMENT_DTYPES, parse
 
 __all__ = ["TensorType", "Signature", "DTYPES", "parse_signatures", "parse_declaration"]
 
-# MLIR element type -> numpy-style dtype name. StableHLO's signless iN is signed.
-_FROM_MLIR = {
-    "f16": "float16",
-    "bf16": "bfloat16",
-    "f32": "float32",
-    "f64": "float64",
-    "i1": "bool",
-    "i8": "int8",
-    "i16": "int16",
-    "i32": "int32",
-    "i64": "int64",
-    "si8": "int8",
-    "si16": "int16",
-    "si32": "int32",
-    "si64": "int64",
-    "ui8": "uint8",
-    "ui16": "uint16",
-    "ui32": "uint32",
-    "ui64": "uint64",
-}
-_TO_MLIR = {
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "float32": "f32",
-    "float64": "f64",
-    "bool": "i1",
-    "int8": "i8",
-    "int16": "i16",
-    "int32": "i32",
-    "int64": "i64",
-    "uint8": "ui8",
-    "uint16": "ui16",
-    "uint32": "ui32",
-    "uint64": "ui64",
-}
-DTYPES: tuple[str, ...] = tuple(_TO_MLIR)
+DTYPES: tuple[str, ...] = tuple(_DTYPE_SPELLINGS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +28,7 @@ class TensorType:
 
     def __str__(self) -> str:
         dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
-        return dims + _TO_MLIR[self.dtype]
+        return dims + _DTYPE_SPELLINGS[self.dtype]
 
     def matches_shape(self, shape: tuple[int, ...]) -> bool:
         """True when ``shape`` fits, a dynamic dimension accepting any size."""
@@ -84,9 +50,9 @@ class TensorType:
         if match is None:
             raise ValueError(f"unsupported type {text!r}; irgrad handles ranked tensors only")
         *dims, element = match.group(1).split("x")
-        if element not in _FROM_MLIR or any(d != "?" and not d.isdigit() for d in dims):
+        if element not in ELEMENT_DTYPES or any(d != "?" and not d.isdigit() for d in dims):
             raise ValueError(f"unsupported type {text!r}; irgrad handles ranked tensors of {', '.join(DTYPES)}")
-        return cls(tuple(None if d == "?" else int(d) for d in dims), _FROM_MLIR[element])
+        return cls(tuple(None if d == "?" else int(d) for d in dims), ELEMENT_DTYPES[element])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,30 +83,6 @@ class Signature:
             tuple(TensorType.from_json(t) for t in data["inputs"]),
             tuple(TensorType.from_json(t) for t in data["outputs"]),
         )
-
-
-def _first_diagnostic(error: Exception) -> str:
-    """One line from an MLIRError: ``line L:C: message``."""
-    diagnostics = getattr(error, "error_diagnostics", None) or []
-    if diagnostics:
-        diag = diagnostics[0]
-        loc = re.search(r":(\d+):(\d+)", str(diag.location))
-        where = f"line {loc.group(1)}:{loc.group(2)}: " if loc else ""
-        return where + " ".join(str(diag.message).split())
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__
-
-
-def parse_module(text: str, context: Any) -> Any:
-    """Parses and verifies MLIR text in ``context``; IRParseError on failure."""
-    from iree.compiler import ir
-
-    if not isinstance(text, str):
-        raise TypeError(f"expected MLIR text as str, got {type(text).__name__}")
-    try:
-        return ir.Module.parse(text, context)
-    except ir.MLIRError as error:
-        raise IRParseError(f"invalid MLIR: {_first_diagnostic(error)}") from None
 
 
 def public_functions(module: Any) -> list[Any]:
@@ -185,7 +127,7 @@ def parse_signatures(text: str) -> dict[str, Signature]:
     from iree.compiler import ir
 
     with ir.Context() as context:
-        module = parse_module(text, context)
+        module = parse(text, context)
         return {sig.name: sig for sig in map(signature_of, public_functions(module))}
 
 

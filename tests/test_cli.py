@@ -338,7 +338,7 @@ def test_pick_function():
 def test_parse_type_and_values():
     assert values.parse_type(" 2x3xsi8") == ((2, 3), "int8")
     assert values.parse_type("ui16") == ((), "uint16")
-    assert values.element_types()["i1"] == "bool" and values.numpy_dtype("float16") == np.float16
+    assert values.ELEMENT_DTYPES["i1"] == "bool" and values.numpy_dtype("float16") == np.float16
     assert values.parse_value("-0x10", np.dtype(np.int32)) == -16
     assert values.parse_value("TRUE", np.dtype(np.bool_)) is True
     assert values.parse_value("1e3", np.dtype(np.float32)) == 1000.0
