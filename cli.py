@@ -129,13 +129,15 @@ def grad(
     wrt: str | None = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
     vjp: bool = typer.Option(False, "--vjp", help="Also add @F_vjp(args..., cotangents...)."),
     with_value: bool = typer.Option(False, "--with-value", help=WITH_VALUE_HELP),
+    jvp: bool = typer.Option(False, "--jvp", help="Forward mode: add @F_jvp(args..., tangents...) -> "
+                             "(results..., their tangents...) instead of @F_grad."),
 ) -> None:
     """Add @F_grad (gradient of the sum of F's results) to a StableHLO module.
 
     If the gradient cannot be built, OUT.mlir is not written (an existing one
     is left as it was).
     """
-    write_text(output, adjoints(read_text(source), func, wrt, True, vjp, with_value))
+    write_text(output, adjoints(read_text(source), func, wrt, not jvp, vjp, with_value, jvp))
 
 
 @app.command()

@@ -155,17 +155,18 @@ def write_text(path: Path | None, text: str) -> None:
         atomic_write(path, text.encode())
 
 
-def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool) -> str:
-    """``text`` with @F_grad / @F_vjp added (unchanged when neither is asked for).
+def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
+             jvp: bool = False) -> str:
+    """``text`` with @F_grad / @F_vjp / @F_jvp added (unchanged when none is asked for).
 
     ``wrt`` is the command-line text (``"0,2"``); ``with_value`` and ``wrt``
-    without ``grad`` or ``vjp`` are a usage error.
+    without ``grad``, ``vjp`` or ``jvp`` are a usage error.
     """
-    if not (grad or vjp):
+    if not (grad or vjp or jvp):
         if with_value or wrt is not None:
             raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)
         return text
-    return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value)
+    return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp)
 
 
 def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:

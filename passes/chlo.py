@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from .hlo import add, divide, like, multiply, negate, subtract, unary
-from .registry import adjoint, nondifferentiable
+from .forward import diagonal
+from .registry import adjoint, nondifferentiable, tangent
 
 
 
@@ -105,3 +106,6 @@ nondifferentiable("chlo.is_inf", "chlo.is_neg_inf", "chlo.is_pos_inf", "chlo.nex
 
 # Bit-level reinterpretation (JAX's random bits -> floats); see elementwise.py for the others.
 nondifferentiable("stablehlo.bitcast_convert")
+
+tangent("chlo.square", "chlo.erfc", "chlo.sinh", "chlo.cosh", "chlo.asin", "chlo.acos", "chlo.atan", "chlo.asinh",
+        "chlo.acosh", "chlo.atanh", "chlo.lgamma", "chlo.erf_inv")(diagonal)

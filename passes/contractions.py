@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from . import hlo
 from .mlir import elem, ir, shape
-from .registry import adjoint
+from .forward import bilinear
+from .registry import adjoint, tangent
 
 _DOT_FIELDS = ("lhs_batching_dimensions", "rhs_batching_dimensions",
                "lhs_contracting_dimensions", "rhs_contracting_dimensions")
@@ -64,3 +65,6 @@ def _in_layout(dot, ct_first: list[int], ct_last: list[int]) -> ir.Value:
     if ct_first != sorted(ct_first) and ct_last == sorted(ct_last):
         return dot(True)
     return _transpose_back(dot(False), ct_first)
+
+
+tangent("stablehlo.dot_general", "stablehlo.dot")(bilinear)

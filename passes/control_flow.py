@@ -34,7 +34,8 @@ from .regions import inline_region
 from .backprop import backprop, backprop_local, captured_values, op_inputs
 from .choices import unroll_loop
 from .mlir import elem, ir, is_float, shape, tensor_type
-from .registry import adjoint, missing
+from .forward import Replaced, by_transposition, in_place, jvp
+from .registry import adjoint, missing, tangent
 
 
 class DynamicTripCountError(ValueError):
@@ -374,3 +375,81 @@ def _custom_call(op, cts):
     """opaque to irgrad: no adjoint (LookupError naming the call target)"""
     target = hlo.read_str(op, "call_target_name")
     raise missing(op, f" (call target @{target})")
+
+
+# ----- tangents ------------------------------------------------------------------------
+#
+# A region op's tangent is the same region op carrying the tangents too: each region is
+# copied into the new op and differentiated there by the forward driver, with the tangents
+# of the values it captures read from above. In place (the module pass) the new op takes
+# the old one's place, so the forward work runs once.
+
+def _region_tangents(op: ir.Operation, k: int, args: Sequence[ir.Value], targs: Sequence,
+                     t_captured: dict) -> tuple[list[ir.Value], list]:
+    """Copy region ``k`` of ``op`` here with ``args``; (its results, their tangents)."""
+    outs = inline_region(op, k, args)
+    seeds = {**t_captured, **{a: t for a, t in zip(args, targs) if t is not None}}
+    block = ir.InsertionPoint.current.block
+    return outs, jvp(outs, list(seeds), list(seeds.values()), in_place=True, allow=_in_block(block))
+
+
+def _replacing(op: ir.Operation, new: ir.Operation, floats: list[int]) -> Replaced:
+    m = len(op.results)
+    results = list(new.results)
+    tangents = dict(zip(floats, results[m:]))
+    if in_place():
+        for old, value in zip(op.results, results[:m]):
+            old.replace_all_uses_with(value)
+    return Replaced(results[:m], [tangents.get(k) for k in range(m)])
+
+
+@tangent("stablehlo.while")
+def _while_tangent(op, ts):
+    """while carrying (carries, their tangents): the body's tangent step in the same loop"""
+    m = len(op.operands)
+    captured = dict(zip(op_inputs(op)[m:], ts[m:]))
+    t_captured = {v: t for v, t in captured.items() if t is not None}
+    floats = [k for k in range(m) if is_float(op.operands[k])]
+    init = [*op.operands, *[ts[k] if ts[k] is not None else hlo.zeros(op.operands[k].type) for k in floats]]
+    loop, cond, body = hlo.while_(init)
+    with ir.InsertionPoint(cond):
+        hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
+    with ir.InsertionPoint(body):
+        args = list(body.arguments)
+        targs = dict(zip(floats, args[m:]))
+        outs, touts = _region_tangents(op, 1, args[:m], [targs.get(k) for k in range(m)], t_captured)
+        touts = [touts[k] if touts[k] is not None else hlo.zeros(outs[k].type) for k in floats]
+        hlo.return_([*outs, *touts], "stablehlo.return")
+    return _replacing(op, loop, floats)
+
+
+def _branch_tangents(op, ts, make) -> Replaced:
+    n = len(op.operands)
+    t_captured = {v: t for v, t in zip(op_inputs(op)[n:], ts[n:]) if t is not None}
+    floats = [k for k, r in enumerate(op.results) if is_float(r)]
+    types = [r.type for r in op.results] + [op.results[k].type for k in floats]
+    new, blocks = make(types, len(op.regions))
+    for k, block in enumerate(blocks):
+        with ir.InsertionPoint(block):
+            outs, touts = _region_tangents(op, k, [], [], t_captured)
+            touts = [touts[j] if touts[j] is not None else hlo.zeros(outs[j].type) for j in floats]
+            hlo.return_([*outs, *touts], "stablehlo.return")
+    isolate(new)
+    return _replacing(op, new, floats)
+
+
+@tangent("stablehlo.case")
+def _case_tangent(op, ts):
+    """case(index){branch k and its tangent}"""
+    index = op.operands[0]
+    return _branch_tangents(op, ts, lambda types, n: hlo.case(index, types, n))
+
+
+@tangent("stablehlo.if")
+def _if_tangent(op, ts):
+    """if(pred){true branch and its tangent} else {false branch and its tangent}"""
+    pred = op.operands[0]
+    return _branch_tangents(op, ts, lambda types, n: hlo.if_(pred, types))
+
+
+tangent("stablehlo.custom_call")(by_transposition)

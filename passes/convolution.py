@@ -29,7 +29,8 @@ from . import hlo
 from .choices import conv_adjoint_by_matmul, conv_forward_by_matmul
 from .mlir import elem, ir, shape, tensor_type
 from .patches import Windows, col2im, patches
-from .registry import adjoint
+from .forward import bilinear
+from .registry import adjoint, tangent
 
 Spec = tuple[int, ...]
 
@@ -267,3 +268,6 @@ def _convolution(op, cts):
     else:
         dx, dw = _transpose_lhs(ct, lhs, kernel, c), _transpose_rhs(ct, lhs, kernel, c)
     return dx, hlo.reverse(dw, flip)
+
+
+tangent("stablehlo.convolution")(bilinear)

@@ -14,7 +14,8 @@ from .hlo import add, divide, like, multiply, negate, subtract
 from .mlir import elem, ir, is_float, shape
 from .backprop import differentiated, is_output
 from .invariance import constant_axes, shift_invariant
-from .registry import adjoint, nondifferentiable
+from .forward import diagonal, linear, zero_filled
+from .registry import adjoint, nondifferentiable, tangent
 
 
 
@@ -271,3 +272,24 @@ nondifferentiable(
     "stablehlo.shift_right_arithmetic", "stablehlo.popcnt", "stablehlo.count_leading_zeros",
     "stablehlo.rng_bit_generator", "stablehlo.rng",
 )
+
+
+# ----- tangents ----------------------------------------------------------------------
+
+tangent("stablehlo.add", "stablehlo.subtract", "stablehlo.negate", "stablehlo.convert")(linear)
+tangent("stablehlo.multiply", "stablehlo.divide", "stablehlo.power", "stablehlo.maximum", "stablehlo.minimum",
+        "stablehlo.remainder", "stablehlo.atan2", "stablehlo.exponential", "stablehlo.exponential_minus_one",
+        "stablehlo.log", "stablehlo.log_plus_one", "stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.cbrt",
+        "stablehlo.tanh", "stablehlo.logistic", "stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "chlo.erf",
+        "stablehlo.abs", "stablehlo.sign", "stablehlo.select")(diagonal)
+
+
+@tangent("stablehlo.clamp")
+def _clamp_tangent(op, ts):
+    """t = t lo where x < lo, t hi where x > hi, t x on [lo, hi] (the adjoint's convention)"""
+    lo, x, hi = op.operands
+    full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
+    tlo, tx, thi = (full(t) for t in zero_filled(op.operands, ts))
+    below = hlo.compare(x, full(lo), "LT")
+    above = hlo.compare(x, full(hi), "GT")
+    return [hlo.select(below, tlo, hlo.select(above, thi, tx))]

@@ -1,10 +1,13 @@
-"""The module-level reverse-mode pass: add ``@F_grad`` / ``@F_vjp`` next to ``@F``.
+"""The module-level passes: add ``@F_grad`` / ``@F_vjp`` (reverse mode) and ``@F_jvp``
+(forward mode) next to ``@F``.
 
 * ``@F_grad(args...) -> (d args[wrt]...)`` seeds ones on every float result:
   the gradient of the sum of all float results (``tf.gradients(ys, xs)``).
 * ``@F_vjp(args..., cotangents...) -> (d args[wrt]...)`` takes one cotangent
   per result of ``F`` (those of non-float results are ignored).
 * ``with_value`` returns F's results first, then the gradients.
+* ``@F_jvp(args..., tangents of args[wrt]...) -> (F's results..., tangents of F's float
+  results...)``: forward mode (``jvp=True``); a result the tangents do not reach gets zeros.
 
 ``wrt`` defaults to every floating-point argument. Calls to private functions
 are inlined into the adjoint's copy of the forward body first (``F`` itself is
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 
 from . import hlo
 from .backprop import backprop
+from .forward import jvp as forward_jvp
 from .mlir import IRError, ir, is_float, parse_module, run_pipeline, verify
 
 CLEANUP = "func.func(canonicalize,cse)"
@@ -144,9 +148,39 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
     return copy
 
 
+def _build_jvp(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str,
+               wrt: list[int]) -> ir.Operation:
+    if new_name in ir.SymbolTable(module.operation):
+        raise ValueError(f"module already has a function @{new_name}")
+    copy = _forward_copy(module, after, func_op, new_name)
+    blocks = copy.regions[0].blocks
+    if len(blocks) != 1:
+        raise IRError(f"@{function_name(func_op)} has {len(blocks)} blocks; only single-block functions are supported")
+    block = blocks[0]
+    ret = list(block.operations)[-1].operation
+    ret_loc = ret.location
+    args = list(block.arguments)
+    with ir.InsertionPoint(ret), ir.Location.name(new_name, childLoc=ret_loc):
+        xs = [args[i] for i in wrt]
+        txs = [block.add_argument(x.type, ret_loc) for x in xs]
+        ys = list(ret.operands)
+        tys = forward_jvp(ys, xs, txs, in_place=True, name=new_name)
+        tys = [t if t is not None else hlo.zeros(y.type) for y, t in zip(ys, tys) if is_float(y)]
+    # Region rules replace the ops they differentiate: read F's results from the return op,
+    # which saw the replacements.
+    results = list(ret.operands) + tys
+    ret.erase()
+    with ir.InsertionPoint(block), ir.Location.name(new_name, childLoc=ret_loc):
+        hlo.return_(results)
+    hlo.set_function_type(copy, [a.type for a in block.arguments], [r.type for r in results])
+    run_pipeline(copy, CLEANUP)
+    verify(copy, f"@{new_name}")
+    return copy
+
+
 def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] | None = None, *,
-                 grad: bool = True, vjp: bool = False, with_value: bool = False) -> list[str]:
-    """Add ``@F_grad`` (and/or ``@F_vjp``) for function ``func`` to ``module`` in place.
+                 grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False) -> list[str]:
+    """Add ``@F_grad`` (and/or ``@F_vjp``, ``@F_jvp``) for function ``func`` to ``module`` in place.
 
     Returns the names of the added functions.
     """
@@ -160,13 +194,16 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
             if wanted:
                 last = _build(module, last, func_op, f"{name}_{kind}", wrt, kind == "vjp", with_value)
                 added.append(function_name(last))
+        if jvp:
+            last = _build_jvp(module, last, func_op, f"{name}_jvp", wrt)
+            added.append(function_name(last))
     return added
 
 
 def differentiate(text: str, func: str | None = None, wrt: Sequence[int] | None = None, *,
-                  grad: bool = True, vjp: bool = False, with_value: bool = False) -> str:
-    """Text in, text out: parse a StableHLO module and add its adjoint functions."""
+                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False) -> str:
+    """Text in, text out: parse a StableHLO module and add its derivative functions."""
     module = parse_module(text)
     verify(module, "input module")
-    add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value)
+    add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp)
     return module.operation.get_asm(enable_debug_info=False)

@@ -23,7 +23,8 @@ from . import hlo
 from .control_flow import inline_region
 from .hlo import GATHER_FIELDS, SCATTER_FIELDS, broadcast_in_dim, compare, select
 from .mlir import dtype_name, elem, ir, is_float, shape, tensor_type
-from .registry import adjoint, missing
+from .forward import by_transposition, linear
+from .registry import adjoint, missing, tangent
 
 
 def _size(v: ir.Value) -> int:
@@ -242,3 +243,14 @@ def selection_reduce(op: ir.Operation, cts) -> tuple:
     grads = [select(winner, spread(ct), hlo.zeros(x.type)) if ct is not None and is_float(x) else None
              for x, ct in zip(xs, cts)]
     return (*grads, *[None] * n)
+
+
+tangent("stablehlo.gather", "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")(linear)
+tangent("stablehlo.sort", "chlo.top_k")(by_transposition)
+
+
+@tangent("stablehlo.scatter")
+def _scatter_tangent(op, ts):
+    """add and replace scatters are linear in (operand, updates): the scatter of the tangents"""
+    kind = _scatter_kind(op) if len(op.operands) == 3 else None
+    return (linear if kind is not None else by_transposition)(op, ts)

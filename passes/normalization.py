@@ -9,7 +9,8 @@ from __future__ import annotations
 from . import hlo
 from .backprop import backprop_local
 from .mlir import ir, shape
-from .registry import adjoint
+from .forward import jvp
+from .registry import adjoint, tangent
 
 
 def _attrs(op: ir.Operation) -> tuple[float, int]:
@@ -24,27 +25,32 @@ def _normalize(x, scale, offset, mean, var, eps: float, feature: int):
     return hlo.add(hlo.multiply(hlo.multiply(centered, spread(inv)), spread(scale)), spread(offset))
 
 
-@adjoint("stablehlo.batch_norm_inference")
-def _batch_norm_inference(op, cts):
-    """y = scale * (x - mean) / sqrt(var + eps) + offset, differentiated as written"""
+def _decomposed(op: ir.Operation) -> list[ir.Value]:
+    """``op``'s results rebuilt at the insertion point from ``op``'s operands:
+    inference: y = scale * (x - mean) / sqrt(var + eps) + offset;
+    training: (y, mean, var) with the batch statistics over every dim but the feature dim."""
     eps, feature = _attrs(op)
-    operands = list(op.operands)
-    y = _normalize(*operands, eps, feature)
-    return backprop_local([y], list(cts), operands, name="batch_norm_inference")
-
-
-@adjoint("stablehlo.batch_norm_training")
-def _batch_norm_training(op, cts):
-    """(y, mean, var) with the batch statistics over every dim but the feature dim"""
-    eps, feature = _attrs(op)
+    if op.name == "stablehlo.batch_norm_inference":
+        return [_normalize(*op.operands, eps, feature)]
     x, scale, offset = op.operands
     others = [d for d in range(len(shape(x))) if d != feature]
     count = hlo.splat(float(max(1, _size(shape(x)) // shape(x)[feature])), scale.type)
     mean = hlo.divide(hlo.reduce_sum(x, others), count)
     centered = hlo.subtract(x, hlo.broadcast_in_dim(mean, shape(x), [feature]))
     var = hlo.divide(hlo.reduce_sum(hlo.multiply(centered, centered), others), count)
-    y = _normalize(x, scale, offset, mean, var, eps, feature)
-    return backprop_local([y, mean, var], list(cts), [x, scale, offset], name="batch_norm_training")
+    return [_normalize(x, scale, offset, mean, var, eps, feature), mean, var]
+
+
+@adjoint("stablehlo.batch_norm_inference", "stablehlo.batch_norm_training")
+def _batch_norm(op, cts):
+    """the decomposition, differentiated as written"""
+    return backprop_local(_decomposed(op), list(cts), list(op.operands), name=op.name.split(".")[-1])
+
+
+@tangent("stablehlo.batch_norm_inference", "stablehlo.batch_norm_training")
+def _batch_norm_tangent(op, ts):
+    """the decomposition's tangent"""
+    return jvp(_decomposed(op), list(op.operands), list(ts), name=op.name.split(".")[-1])
 
 
 def _size(dims) -> int:
@@ -52,3 +58,4 @@ def _size(dims) -> int:
     for d in dims:
         n *= d
     return n
+

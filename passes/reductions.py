@@ -10,7 +10,8 @@ from . import hlo
 from .hlo import broadcast_in_dim, compare, divide, multiply, select, splat
 from .mlir import ir, shape
 from .indexing import selection_reduce
-from .registry import adjoint, missing
+from .forward import by_transposition, linear
+from .registry import adjoint, missing, tangent
 
 _BODY_KINDS = {"stablehlo.add": "add", "stablehlo.multiply": "mul",
                "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
@@ -89,3 +90,9 @@ def _reduce_prod(x, init, y, ct, dims, spread, need_init):
         prod_x = hlo.reduce(x, dims, "mul")
         dinit = hlo.reduce_sum(multiply(ct, prod_x), range(len(shape(ct))))
     return dx, dinit
+
+
+@tangent("stablehlo.reduce")
+def _reduce_tangent(op, ts):
+    """a sum is linear: the sum of the tangents; max/min/product: through the adjoint"""
+    return (linear if reduce_kind(op) == "add" else by_transposition)(op, ts)

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from . import hlo
 from .backprop import backprop_local
 from .mlir import ir
-from .registry import COMPOSITE_RULES, adjoint, composite_adjoint
+from .forward import by_transposition, diagonal, in_place, jvp
+from .registry import COMPOSITE_RULES, COMPOSITE_TANGENT_RULES, adjoint, composite_adjoint, composite_tangent, tangent
 
 STOP_GRADIENT = "irgrad.stop_gradient"
 CUSTOM_GRADIENT = "irgrad.custom_gradient"
@@ -121,3 +122,33 @@ def _through_decomposition(op, cts):
     operands = list(op.operands)
     outs = inline_region(decomposition, 0, operands)
     return backprop_local(outs, list(cts), operands, name=composite_name(op))
+
+
+# ----- tangents ------------------------------------------------------------------------
+
+@tangent("stablehlo.composite")
+def _composite_tangent(op, ts):
+    """dispatch on the composite's name; unknown names: the decomposition's tangent"""
+    rule = COMPOSITE_TANGENT_RULES.get(composite_name(op), _decomposition_tangent)
+    return rule(op, ts)
+
+
+@composite_tangent(STOP_GRADIENT)
+def _stop_gradient_tangent(op, ts):
+    """no tangent flows through (TensorFlow's forward accumulators stop there too)"""
+    return (None,) * len(op.results)
+
+
+# relu's tangent is ReluGrad's mask applied to the tangent: 0 at 0 and at NaN.
+composite_tangent(RELU)(diagonal)
+# A custom gradient defines the adjoint only: the tangent is that adjoint's transpose, as
+# TensorFlow's ForwardAccumulator computes it for ops with a custom gradient.
+composite_tangent(CUSTOM_GRADIENT)(by_transposition)
+
+
+def _decomposition_tangent(op, ts):
+    """recompute the decomposition here and carry the tangents through it"""
+    decomposition = lookup_function(op, symbol(op.attributes["decomposition"]))
+    operands = list(op.operands)
+    outs = inline_region(decomposition, 0, operands)
+    return jvp(outs, operands, list(ts), in_place=in_place(), name=composite_name(op))

@@ -1,4 +1,4 @@
-"""The adjoint-rule registry, keyed by the StableHLO op name.
+"""The adjoint-rule and tangent-rule registries, keyed by the StableHLO op name.
 
 Every rule has the same shape::
 
@@ -12,6 +12,14 @@ Every rule has the same shape::
 symbolic zero), and the rule returns one cotangent per operand (``None`` for
 "no gradient"). Rules run with the insertion point and location set by the
 driver and build ops through :mod:`.hlo`.
+
+Tangent rules (forward mode, :mod:`.forward`) mirror them::
+
+    @tangent("stablehlo.tanh")
+    def _tanh(op, ts): ...        # one tangent per input, returns one per result
+
+Every op with an adjoint rule has a tangent rule and the other way round
+(``tests/test_forward.py`` checks it); nondifferentiable ops have neither.
 """
 from __future__ import annotations
 
@@ -21,11 +29,15 @@ from .mlir import ir
 
 Cotangent = ir.Value | None
 Rule = Callable[[ir.Operation, Sequence[Cotangent]], Sequence[Cotangent]]
+Tangent = ir.Value | None
+TangentRule = Callable[[ir.Operation, Sequence[Tangent]], object]
 
 RULES: dict[str, Rule] = {}
 NONDIFFERENTIABLE: set[str] = set()
 # stablehlo.composite dispatches on the composite's name.
 COMPOSITE_RULES: dict[str, Rule] = {}
+TANGENT_RULES: dict[str, TangentRule] = {}
+COMPOSITE_TANGENT_RULES: dict[str, TangentRule] = {}
 
 
 def adjoint(*names: str) -> Callable[[Rule], Rule]:
@@ -44,6 +56,26 @@ def composite_adjoint(*names: str) -> Callable[[Rule], Rule]:
     def register(rule: Rule) -> Rule:
         for name in names:
             COMPOSITE_RULES[name] = rule
+        return rule
+    return register
+
+
+def tangent(*names: str) -> Callable[[TangentRule], TangentRule]:
+    """Register the decorated function as the tangent (JVP) rule of ``names``."""
+    def register(rule: TangentRule) -> TangentRule:
+        for name in names:
+            if name in TANGENT_RULES or name in NONDIFFERENTIABLE:
+                raise KeyError(f"a tangent rule for {name!r} is already registered")
+            TANGENT_RULES[name] = rule
+        return rule
+    return register
+
+
+def composite_tangent(*names: str) -> Callable[[TangentRule], TangentRule]:
+    """Register the tangent rule of ``stablehlo.composite`` ops with one of ``names``."""
+    def register(rule: TangentRule) -> TangentRule:
+        for name in names:
+            COMPOSITE_TANGENT_RULES[name] = rule
         return rule
     return register
 
@@ -80,3 +112,19 @@ def lookup(op: ir.Operation) -> Rule | None:
     if name in NONDIFFERENTIABLE:
         return None
     raise missing(op)
+
+
+class MissingTangentError(LookupError):
+    """An op on the path from xs to ys has no tangent rule."""
+
+
+def lookup_tangent(op: ir.Operation) -> TangentRule | None:
+    """The tangent rule for ``op``; ``None`` when it is nondifferentiable; raise when unknown."""
+    name = op.name
+    rule = TANGENT_RULES.get(name)
+    if rule is not None:
+        return rule
+    if name in NONDIFFERENTIABLE:
+        return None
+    raise MissingTangentError(f"No tangent rule for '{name}' at {op.location}. "
+                              f"Register one with @tangent({name!r}) or mark it nondifferentiable.")

@@ -10,7 +10,8 @@ from . import hlo
 from .choices import sum_by_vecmat
 from .hlo import read_i64_array
 from .mlir import elem, is_float_type, shape, tensor_type
-from .registry import adjoint
+from .forward import diagonal, linear
+from .registry import adjoint, tangent
 
 
 def _sum(ct, dims):
@@ -135,3 +136,10 @@ def _pad(op, cts):
 def _optimization_barrier(op, cts):
     """identity on every operand"""
     return tuple(cts)
+
+
+tangent("stablehlo.broadcast_in_dim", "stablehlo.broadcast", "stablehlo.set_dimension_size", "stablehlo.reshape",
+        "stablehlo.transpose", "stablehlo.reverse", "stablehlo.concatenate", "stablehlo.slice", "stablehlo.pad",
+        "stablehlo.optimization_barrier")(linear)
+# reduce_precision's adjoint passes the cotangent straight through; its tangent does the same.
+tangent("stablehlo.reduce_precision")(diagonal)

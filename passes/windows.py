@@ -36,7 +36,8 @@ from .choices import pool_by_patches
 from .mlir import elem, ir, shape, tensor_type
 from .patches import Windows, col2im, pad_windows, phase_shape, tap_slices, unpad, window_slice, window_sum
 from .reductions import reduce_kind
-from .registry import adjoint, missing
+from .forward import by_transposition, linear
+from .registry import adjoint, missing, tangent
 
 
 class Window:
@@ -166,3 +167,9 @@ def _reduce_window(op, cts):
     if pool_by_patches(w.dims, w.base):
         return _patch_winner(x, init, ct, w.geometry(), op.results[0]), None
     return _argwindow(x, init, ct, kind, w), None
+
+
+@tangent("stablehlo.reduce_window")
+def _reduce_window_tangent(op, ts):
+    """a window sum is linear: the window sum of the tangents; max/min/product: through the adjoint"""
+    return (linear if reduce_kind(op) == "add" else by_transposition)(op, ts)

@@ -48,6 +48,30 @@ class Fixtures:
     def forward_only(self, name: str):
         return ig.compile(self.text(name)).load()
 
+    @functools.cache  # noqa: B019 (one instance per fixture folder, alive for the session)
+    def compiled_jvp(self, name: str):
+        """@main and @main_jvp (forward mode) in one module."""
+        return ig.compile(passes.differentiate(self.text(name), "main", grad=False, jvp=True)).load()
+
+    def check_jvp(self, name: str, seed: int = 0) -> None:
+        """<J v, u> from @main_jvp against <v, Jᵀu> from the framework's own VJP, for random
+        tangents v of the float arguments and the fixture's cotangents u."""
+        data = self.data(name)
+        args, outs = numbered(data, "arg"), numbered(data, "out")
+        wrt, float_outs = data["wrt"].tolist(), data["float_outs"].tolist()
+        rng = np.random.default_rng(seed)
+        tangents = [rng.standard_normal(args[i].shape).astype(args[i].dtype) for i in wrt]
+        got = self.compiled_jvp(name)["main_jvp"].call_flat(*args, *tangents)[len(outs):]
+        assert len(got) == sum(o.dtype.kind == "f" for o in outs)
+        floats = [i for i, o in enumerate(outs) if o.dtype.kind == "f"]
+        given = dict(zip(float_outs, numbered(data, "cotangent")))
+        lhs = sum(np.vdot(np.asarray(t, np.float64), given[i].astype(np.float64)) for i, t in zip(floats, got)
+                  if i in given)
+        rhs = sum(np.vdot(v.astype(np.float64), ref.astype(np.float64)) for v, ref in zip(tangents, numbered(data, "vjp")))
+        scale = sum(np.abs(np.asarray(t, np.float64)).sum() * np.abs(given[i]).max() for i, t in zip(floats, got)
+                    if i in given) + 1.0
+        assert abs(lhs - rhs) <= 1e-4 * scale, f"{name}: <J v, u> = {lhs} (irgrad forward mode), <v, Jᵀu> = {rhs} (JAX)"
+
     def check_forward(self, name: str, module) -> None:
         data = self.data(name)
         outs = module["main"].call_flat(*numbered(data, "arg"))

@@ -1,10 +1,12 @@
-"""The one numeric gradient checker used by every adjoint-rule test.
+"""The one numeric derivative checker used by every adjoint- and tangent-rule test.
 
-Float64 central differences against the reverse-mode result, compared as
-random-direction inner products (JAX's / autograd's ``check_vjp``):
+Float64 central differences against the reverse-mode and the forward-mode
+results, compared as random-direction inner products (JAX's / autograd's
+``check_vjp`` and ``check_jvp``):
 
     < J v , u >   (central differences of f along v)
     < v , J^T u > (the VJP built by irgrad, compiled by IREE and run)
+    < J v , u >   (the JVP built by irgrad: ``@F_jvp``, where the module pass runs)
 
 for random directions ``v`` over the float inputs and random cotangents ``u``
 over the float outputs. Everything goes through a real IREE compile; float64
@@ -64,8 +66,10 @@ def _compare(lhs: float, rhs: float, rtol: float, atol: float, what: str) -> Non
 
 def check_vjp(forward: Callable[..., list[np.ndarray]], vjp: Callable[..., list[np.ndarray]],
               args: Sequence[np.ndarray], *, eps: float = 1e-6, rtol: float = 1e-6, atol: float = 1e-9,
-              directions: int = 2, seed: int = 0, what: str = "vjp") -> None:
-    """Check ``vjp(args, cts) -> grads of float args`` against ``forward(args) -> outputs``."""
+              directions: int = 2, seed: int = 0, what: str = "vjp",
+              jvp: Callable[..., list[np.ndarray]] | None = None) -> None:
+    """Check ``vjp(args, cts) -> grads of float args`` against ``forward(args) -> outputs``,
+    and ``jvp(args, tangents of float args) -> tangents of float outputs`` when given."""
     rng = np.random.default_rng(seed)
     args = [np.asarray(a) for a in args]
     outs = forward(*args)
@@ -82,11 +86,18 @@ def check_vjp(forward: Callable[..., list[np.ndarray]], vjp: Callable[..., list[
         assert len(grads) == len(float_dirs), f"{what}: {len(grads)} gradients for {len(float_dirs)} float inputs"
         rhs = _inner(float_dirs, grads)
         _compare(lhs, rhs, rtol, atol, f"{what} (direction {k})")
+        if jvp is not None:
+            tangents = jvp(args, float_dirs)
+            float_cts = [c for o, c in zip(outs, cts) if _is_float(o)]
+            assert len(tangents) == len(float_cts), f"{what}: {len(tangents)} tangents for {len(float_cts)} outputs"
+            _compare(lhs, _inner(tangents, float_cts), rtol, atol, f"{what} forward mode (direction {k})")
 
 
-def check_module(text: str, args: Sequence[np.ndarray], *, func: str | None = None, **kw) -> str:
-    """Differentiate StableHLO ``text`` with the module-level pass and check its @F_vjp."""
-    module_text = passes.differentiate(text, func, vjp=True, grad=False, with_value=True)
+def check_module(text: str, args: Sequence[np.ndarray], *, func: str | None = None, jvp: bool = True,
+                 **kw) -> str:
+    """Differentiate StableHLO ``text`` with the module-level pass and check its @F_vjp and
+    (``jvp``) its @F_jvp."""
+    module_text = passes.differentiate(text, func, vjp=True, grad=False, with_value=True, jvp=jvp)
     # Keep the parsed module alive while reading its function: ops do not own their module.
     parsed = passes.parse_module(text)
     name = func or passes.function_name(passes.find_function(parsed, None))
@@ -100,7 +111,10 @@ def check_module(text: str, args: Sequence[np.ndarray], *, func: str | None = No
     def vjp(a, cts):
         return vjp_fn.call_flat(*a, *cts)[n_out:]
 
-    check_vjp(forward, vjp, args, what=kw.pop("what", f"@{name}_vjp"), **kw)
+    def tangents(a, ts):
+        return m[f"{name}_jvp"].call_flat(*a, *ts)[n_out:]
+
+    check_vjp(forward, vjp, args, what=kw.pop("what", f"@{name}_vjp"), jvp=tangents if jvp else None, **kw)
     return module_text
 
 

@@ -761,7 +761,17 @@ SECOND_ORDER = {
 @pytest.mark.parametrize("name", sorted(SECOND_ORDER))
 def test_second_order(name):
     text, args = SECOND_ORDER[name]
-    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name})")
+    # The forward mode of a case's adjoint is checked apart: IREE 3.13 mis-runs it (below).
+    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name})",
+                 jvp=name != "case")
+
+
+@pytest.mark.xfail(strict=True, reason="IREE 3.13 runtime: 'ref is null' in hal.buffer_view.create for the "
+                   "tangent case of an adjoint case fed by a forward case (the bug passes/control_flow.isolate "
+                   "works around for the adjoint alone)")
+def test_forward_over_reverse_through_case():
+    text, args = SECOND_ORDER["case"]
+    check_module(passes.differentiate(text), args, func="f_grad", what="forward mode of @f_grad (case)")
 
 
 @pytest.mark.parametrize("name", ["fori", "scan", "nested_loops"])

@@ -48,6 +48,12 @@ def test_vjp_matches_jax(name):
     JAX.check_vjp(name)
 
 
+@pytest.mark.parametrize("name", POSITIVE)
+def test_jvp_agrees_with_jax_vjp(name):
+    """Forward mode (@main_jvp) on JAX's StableHLO: <J v, u> equals <v, Jᵀu> from jax.vjp."""
+    JAX.check_jvp(name)
+
+
 def test_data_dependent_while_is_rejected_naming_the_loop():
     with pytest.raises(DynamicTripCountError) as info:
         passes.differentiate(_text("while_data_dependent"), "main", grad=True, vjp=True)
