@@ -1,0 +1,85 @@
+"""``ig.ForwardAccumulator``: TensorFlow's ``tf.autodiff.ForwardAccumulator`` over the graph.
+
+The accumulator records the ops built inside its ``with`` block (as a ``GradientTape``
+does); ``acc.jvp(target)`` runs the forward-mode driver (``passes.forward.jvp``) from the
+watched primals through the recorded ops to ``target``. The tangent ops are ordinary graph
+ops, so tapes and ``ig.gradients`` differentiate them (reverse-over-forward) and an
+accumulator differentiates gradients built inside it (forward-over-reverse: Hessian-vector
+products).
+"""
+from __future__ import annotations
+
+from . import nest
+from .framework import Tensor
+from .gradients import UnconnectedGradients, source_tensor, unconnected_policy
+from .ops.core import convert_to_tensor, current_graph
+from .passes import hlo
+from .passes.forward import jvp as forward_jvp
+from .passes.mlir import context, ir
+
+_EMPTY = object()  # a recording range in which no op was built
+
+
+class ForwardAccumulator:
+    """Computes Jacobian-vector products of the ops built in its ``with`` block, along
+    ``tangents`` at ``primals`` (tensors or variables, any nested structure)."""
+
+    def __init__(self, primals, tangents):
+        graph = current_graph()
+        flat_primals, flat_tangents = nest.flatten(primals), nest.flatten(tangents)
+        if len(flat_primals) != len(flat_tangents):
+            raise ValueError(f"ForwardAccumulator: {len(flat_primals)} primals but {len(flat_tangents)} tangents; "
+                             "tangents must have the structure of primals")
+        self._graph = graph
+        self._block = graph.block
+        self._tangents: dict[ir.Value, ir.Value] = {}
+        for primal, tangent in zip(flat_primals, flat_tangents):
+            p = source_tensor(primal, graph)
+            if p.value in self._tangents:
+                raise ValueError(f"ForwardAccumulator: {p.name!r} is specified more than once in primals")
+            if not p.dtype.is_floating:
+                raise ValueError(f"ForwardAccumulator: primal {p.name!r} has dtype {p.dtype.name}; "
+                                 "only floating-point tensors have tangents")
+            t = convert_to_tensor(tangent, dtype=p.dtype)
+            if tuple(t.shape) != tuple(p.shape):
+                raise ValueError(f"ForwardAccumulator: tangent shape {tuple(t.shape)} does not match "
+                                 f"primal {p.name!r}'s shape {tuple(p.shape)}")
+            self._tangents[p.value] = t.value
+        self._ranges: list[list] = []
+
+    def _last_op(self):
+        ops = self._block.operations
+        return ops[-1].operation if len(ops) else None
+
+    def __enter__(self) -> ForwardAccumulator:
+        self._ranges.append([self._last_op(), None])
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._ranges[-1][1] = self._last_op() or _EMPTY
+
+    def _recorded(self, op: ir.Operation) -> bool:
+        end_now = self._last_op()
+        if end_now is None or op.parent != end_now.parent:
+            return False
+        for start, end in self._ranges:
+            end = end_now if end is None else end
+            if end is _EMPTY:
+                continue
+            if (start is None or start.is_before_in_block(op)) and (op == end or op.is_before_in_block(end)):
+                return True
+        return False
+
+    def jvp(self, primals, unconnected_gradients=UnconnectedGradients.NONE):
+        """The tangents of ``primals`` (a tensor or nested structure): ``None`` for a value the
+        watched primals do not reach through recorded ops, or zeros with ``"zero"``."""
+        unconnected = unconnected_policy(unconnected_gradients)
+        flat = [convert_to_tensor(t) for t in nest.flatten(primals)]
+        xs = list(self._tangents)
+        with context(), ir.InsertionPoint(self._graph.block), ir.Location.name(self._graph.unique_name("jvp")):
+            out = forward_jvp([t.value for t in flat], xs, [self._tangents[x] for x in xs], allow=self._recorded)
+            if unconnected is UnconnectedGradients.ZERO:
+                out = [o if o is not None or not t.dtype.is_floating else hlo.zeros(t.value.type)
+                       for o, t in zip(out, flat)]
+        tangents = [None if o is None else Tensor(o, self._graph) for o in out]
+        return nest.pack_sequence_as(primals, tangents)
