@@ -16,7 +16,7 @@ canonicalize + cse and verified.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import hlo
 from .backprop import backprop
@@ -115,41 +115,10 @@ def _forward_copy(module: ir.Module, after: ir.Operation, func_op: ir.Operation,
     return copy
 
 
-def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str, wrt: list[int],
-           vjp: bool, with_value: bool) -> ir.Operation:
-    if new_name in ir.SymbolTable(module.operation):
-        raise ValueError(f"module already has a function @{new_name}")
-    copy = _forward_copy(module, after, func_op, new_name)
-    blocks = copy.regions[0].blocks
-    if len(blocks) != 1:
-        raise IRError(f"@{function_name(func_op)} has {len(blocks)} blocks; only single-block functions are supported")
-    block = blocks[0]
-    ret = list(block.operations)[-1].operation
-    ys = list(ret.operands)
-    ret_loc = ret.location
-    args = list(block.arguments)
-    with ir.InsertionPoint(ret), ir.Location.name(new_name, childLoc=ret_loc):
-        if vjp:
-            seeds = [block.add_argument(y.type, ret_loc) for y in ys]
-        else:
-            seeds = [hlo.ones(y.type) if is_float(y) else None for y in ys]
-        xs = [args[i] for i in wrt]
-        grads = backprop(ys, seeds, xs, name=new_name)
-        grads = [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
-    # A rule may have replaced a forward op (a while loop by its taped copy): read the
-    # values F returns from its return op, which saw the replacement.
-    results = (list(ret.operands) if with_value else []) + grads
-    ret.erase()
-    with ir.InsertionPoint(block), ir.Location.name(new_name, childLoc=ret_loc):
-        hlo.return_(results)
-    hlo.set_function_type(copy, [a.type for a in block.arguments], [r.type for r in results])
-    run_pipeline(copy, CLEANUP)
-    verify(copy, f"@{new_name}")
-    return copy
-
-
-def _build_jvp(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str,
-               wrt: list[int]) -> ir.Operation:
+def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str, with_value: bool,
+           derive: Callable[[ir.Block, list[ir.Value], ir.Location], list[ir.Value]]) -> ir.Operation:
+    """A copy of ``func_op`` named ``new_name`` returning ``derive(block, ys, loc)`` (built
+    before its return), after F's results ``ys`` when ``with_value``."""
     if new_name in ir.SymbolTable(module.operation):
         raise ValueError(f"module already has a function @{new_name}")
     copy = _forward_copy(module, after, func_op, new_name)
@@ -159,16 +128,12 @@ def _build_jvp(module: ir.Module, after: ir.Operation, func_op: ir.Operation, ne
     block = blocks[0]
     ret = list(block.operations)[-1].operation
     ret_loc = ret.location
-    args = list(block.arguments)
     with ir.InsertionPoint(ret), ir.Location.name(new_name, childLoc=ret_loc):
-        xs = [args[i] for i in wrt]
-        txs = [block.add_argument(x.type, ret_loc) for x in xs]
-        ys = list(ret.operands)
-        tys = forward_jvp(ys, xs, txs, in_place=True, name=new_name)
-        tys = [t if t is not None else hlo.zeros(y.type) for y, t in zip(ys, tys) if is_float(y)]
-    # Region rules replace the ops they differentiate: read F's results from the return op,
-    # which saw the replacements.
-    results = list(ret.operands) + tys
+        derived = derive(block, list(ret.operands), ret_loc)
+    # A rule may have replaced a forward op (a while loop by its taped copy, a region op by
+    # one that also carries tangents): read the values F returns from its return op, which
+    # saw the replacement.
+    results = (list(ret.operands) if with_value else []) + derived
     ret.erase()
     with ir.InsertionPoint(block), ir.Location.name(new_name, childLoc=ret_loc):
         hlo.return_(results)
@@ -176,6 +141,27 @@ def _build_jvp(module: ir.Module, after: ir.Operation, func_op: ir.Operation, ne
     run_pipeline(copy, CLEANUP)
     verify(copy, f"@{new_name}")
     return copy
+
+
+def _gradients(wrt: list[int], vjp: bool, name: str):
+    """The gradients of args[wrt], seeded with ones or (vjp) with one new argument per result."""
+    def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
+        seeds = [block.add_argument(y.type, loc) if vjp else (hlo.ones(y.type) if is_float(y) else None)
+                 for y in ys]
+        xs = [block.arguments[i] for i in wrt]
+        grads = backprop(ys, seeds, xs, name=name)
+        return [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
+    return derive
+
+
+def _tangents(wrt: list[int], name: str):
+    """The tangents of the float results, given one new argument per args[wrt]."""
+    def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
+        xs = [block.arguments[i] for i in wrt]
+        txs = [block.add_argument(x.type, loc) for x in xs]
+        tys = forward_jvp(ys, xs, txs, in_place=True, name=name)
+        return [t if t is not None else hlo.zeros(y.type) for y, t in zip(ys, tys) if is_float(y)]
+    return derive
 
 
 def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] | None = None, *,
@@ -190,13 +176,12 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
     added = []
     last = func_op
     with module.context:
-        for kind, wanted in (("grad", grad), ("vjp", vjp)):
+        for kind, wanted in (("grad", grad), ("vjp", vjp), ("jvp", jvp)):
             if wanted:
-                last = _build(module, last, func_op, f"{name}_{kind}", wrt, kind == "vjp", with_value)
+                new_name = f"{name}_{kind}"
+                derive = _tangents(wrt, new_name) if kind == "jvp" else _gradients(wrt, kind == "vjp", new_name)
+                last = _build(module, last, func_op, new_name, with_value or kind == "jvp", derive)
                 added.append(function_name(last))
-        if jvp:
-            last = _build_jvp(module, last, func_op, f"{name}_jvp", wrt)
-            added.append(function_name(last))
     return added
 
 

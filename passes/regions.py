@@ -116,12 +116,14 @@ def _relu(op, cts):
     return [hlo.select(hlo.compare(x, zeros, "GT"), ct, zeros)]
 
 
+def _decomposition(op: ir.Operation) -> list[ir.Value]:
+    """The composite's decomposition recomputed at the insertion point from its operands."""
+    return inline_region(lookup_function(op, symbol(op.attributes["decomposition"])), 0, list(op.operands))
+
+
 def _through_decomposition(op, cts):
     """recompute the decomposition here and differentiate it"""
-    decomposition = lookup_function(op, symbol(op.attributes["decomposition"]))
-    operands = list(op.operands)
-    outs = inline_region(decomposition, 0, operands)
-    return backprop_local(outs, list(cts), operands, name=composite_name(op))
+    return backprop_local(_decomposition(op), list(cts), list(op.operands), name=composite_name(op))
 
 
 # ----- tangents ------------------------------------------------------------------------
@@ -148,7 +150,4 @@ composite_tangent(CUSTOM_GRADIENT)(by_transposition)
 
 def _decomposition_tangent(op, ts):
     """recompute the decomposition here and carry the tangents through it"""
-    decomposition = lookup_function(op, symbol(op.attributes["decomposition"]))
-    operands = list(op.operands)
-    outs = inline_region(decomposition, 0, operands)
-    return jvp(outs, operands, list(ts), in_place=in_place(), name=composite_name(op))
+    return jvp(_decomposition(op), list(op.operands), list(ts), in_place=in_place(), name=composite_name(op))
