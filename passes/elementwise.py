@@ -144,9 +144,14 @@ def _log1p(op, cts):
 
 def _zero_where_ct_is_zero(ct: ir.Value, d: ir.Value) -> ir.Value:
     """TensorFlow's Sqrt/Rsqrt gradients: a zero cotangent gives 0 even where the
-    derivative is infinite (so where(x > 0, sqrt(x), 0) has no NaN gradient at x <= 0)."""
+    derivative is infinite (so where(x > 0, sqrt(x), 0) has no NaN gradient at x <= 0).
+
+    ``d = ct · f'`` is then ``0 · inf = NaN``; only that NaN is replaced, so ``d`` stays
+    linear in ``ct`` wherever ``f'`` is finite, a zero ``ct`` included (the transposed
+    adjoint, forward mode's ``by_transposition``, differentiates it there)."""
     zero = like(0, ct)
-    return hlo.select(hlo.compare(ct, zero, "EQ"), zero, d)
+    undefined = hlo.binary("stablehlo.and", hlo.compare(ct, zero, "EQ"), hlo.compare(d, d, "NE"))
+    return hlo.select(undefined, zero, d)
 
 
 @adjoint("stablehlo.sqrt")

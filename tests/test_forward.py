@@ -187,3 +187,25 @@ def test_accumulator_rejects_bad_tangents():
     for fn, match in ((wrong_shape, "shape"), (twice, "more than once"), (unpaired, "structure")):
         with pytest.raises(ValueError, match=match):
             fn(np.zeros(3, np.float32))
+
+
+def test_transposed_adjoint_is_exact_where_an_inner_cotangent_is_zero(monkeypatch):
+    """by_transposition differentiates the adjoint rule in its cotangent at a placeholder of
+    ones. In batch_norm_training's adjoint the cotangent reaching rsqrt is then exactly zero
+    (Σ(x - mean) = 0); the Sqrt/Rsqrt "zero cotangent gives 0" guard must stay linear there."""
+    from irgrad.passes import forward
+
+    monkeypatch.setitem(registry.TANGENT_RULES, "stablehlo.batch_norm_training", forward.by_transposition)
+    text = """func.func @f(%x: tensor<4x3x2xf64>, %s: tensor<3xf64>, %o: tensor<3xf64>) -> tensor<4x3x2xf64> {
+      %y, %m, %v = "stablehlo.batch_norm_training"(%x, %s, %o) {epsilon = 1.0e-3 : f32, feature_index = 1 : i64}
+        : (tensor<4x3x2xf64>, tensor<3xf64>, tensor<3xf64>) -> (tensor<4x3x2xf64>, tensor<3xf64>, tensor<3xf64>)
+      return %y : tensor<4x3x2xf64>
+    }"""
+    module = ig.compile(passes.differentiate(text, grad=False, jvp=True)).load()
+    rng = np.random.default_rng(0)
+    args = [rng.normal(size=(4, 3, 2)), rng.normal(size=3), rng.normal(size=3)]
+    ts = [rng.normal(size=(4, 3, 2)), np.zeros(3), np.zeros(3)]
+    eps = 1e-6
+    fd = (np.asarray(module["f"](*[a + eps * t for a, t in zip(args, ts)]))
+          - np.asarray(module["f"](*[a - eps * t for a, t in zip(args, ts)]))) / (2 * eps)
+    np.testing.assert_allclose(module["f_jvp"](*args, *ts)[1], fd, rtol=1e-6, atol=1e-8)
