@@ -16,9 +16,7 @@ from .ops.core import convert_to_tensor, current_graph
 from .passes import hlo
 from .passes.forward import jvp as forward_jvp
 from .passes.mlir import context, ir
-
-_EMPTY = object()  # a recording range in which no op was built
-
+from .tape import Recording
 
 class ForwardAccumulator:
     """Computes Jacobian-vector products of the ops built in its ``with`` block, along
@@ -31,7 +29,6 @@ class ForwardAccumulator:
             raise ValueError(f"ForwardAccumulator: {len(flat_primals)} primals but {len(flat_tangents)} tangents; "
                              "tangents must have the structure of primals")
         self._graph = graph
-        self._block = graph.block
         self._tangents: dict[ir.Value, ir.Value] = {}
         for primal, tangent in zip(flat_primals, flat_tangents):
             p = source_tensor(primal, graph)
@@ -45,30 +42,14 @@ class ForwardAccumulator:
                 raise ValueError(f"ForwardAccumulator: tangent shape {tuple(t.shape)} does not match "
                                  f"primal {p.name!r}'s shape {tuple(p.shape)}")
             self._tangents[p.value] = t.value
-        self._ranges: list[list] = []
-
-    def _last_op(self):
-        ops = self._block.operations
-        return ops[-1].operation if len(ops) else None
+        self._recording = Recording(graph.block)
 
     def __enter__(self) -> ForwardAccumulator:
-        self._ranges.append([self._last_op(), None])
+        self._recording.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._ranges[-1][1] = self._last_op() or _EMPTY
-
-    def _recorded(self, op: ir.Operation) -> bool:
-        end_now = self._last_op()
-        if end_now is None or op.parent != end_now.parent:
-            return False
-        for start, end in self._ranges:
-            end = end_now if end is None else end
-            if end is _EMPTY:
-                continue
-            if (start is None or start.is_before_in_block(op)) and (op == end or op.is_before_in_block(end)):
-                return True
-        return False
+        self._recording.stop()
 
     def jvp(self, primals, unconnected_gradients=UnconnectedGradients.NONE):
         """The tangents of ``primals`` (a tensor or nested structure): ``None`` for a value the
@@ -77,7 +58,8 @@ class ForwardAccumulator:
         flat = [convert_to_tensor(t) for t in nest.flatten(primals)]
         xs = list(self._tangents)
         with context(), ir.InsertionPoint(self._graph.block), ir.Location.name(self._graph.unique_name("jvp")):
-            out = forward_jvp([t.value for t in flat], xs, [self._tangents[x] for x in xs], allow=self._recorded)
+            out = forward_jvp([t.value for t in flat], xs, [self._tangents[x] for x in xs],
+                              allow=self._recording.predicate())
             if unconnected is UnconnectedGradients.ZERO:
                 out = [o if o is not None or not t.dtype.is_floating else hlo.zeros(t.value.type)
                        for o, t in zip(out, flat)]

@@ -22,6 +22,49 @@ from .passes.mlir import ir
 from .variables import Variable
 
 
+class Recording:
+    """The ops appended to one block during start/stop ranges: what a ``GradientTape`` and a
+    ``ForwardAccumulator`` record."""
+
+    def __init__(self, block: ir.Block | None = None):
+        self.block = block
+        self._ranges: list[list] = []      # [start marker (exclusive), end marker (inclusive) or None]
+
+    def last_op(self) -> ir.Operation | None:
+        ops = self.block.operations
+        return ops[-1].operation if len(ops) else None
+
+    @property
+    def active(self) -> bool:
+        return bool(self._ranges) and self._ranges[-1][1] is None
+
+    def start(self) -> None:
+        self._ranges.append([self.last_op(), None])
+
+    def stop(self) -> None:
+        if self.active:
+            self._ranges[-1][1] = self.last_op() or _EMPTY
+
+    def clear(self) -> None:
+        self._ranges.clear()
+
+    def predicate(self):
+        """``records(op)``: was ``op`` appended to the block while recording (so far)?"""
+        end_now = self.last_op()
+        ranges = [(start, end_now if end is None else end) for start, end in self._ranges]
+
+        def records(op: ir.Operation) -> bool:
+            if end_now is None or op.parent != end_now.parent:
+                return False  # not in the recorded block
+            for start, end in ranges:
+                if end is _EMPTY:
+                    continue
+                if (start is None or start.is_before_in_block(op)) and (op == end or op.is_before_in_block(end)):
+                    return True
+            return False
+        return records
+
+
 class GradientTape:
     """Records the ops built while active; ``gradient``/``jacobian`` differentiate through them."""
 
@@ -29,7 +72,7 @@ class GradientTape:
         self._persistent = persistent
         self._watch_variables = watch_accessed_variables
         self._graph = None
-        self._ranges: list[list] = []      # [start marker (exclusive), end marker (inclusive) or None]
+        self._ranges = Recording()
         self._watched: dict[ir.Value, Tensor] = {}
         self._variables: list[Variable] = []
         self._used = False
@@ -37,7 +80,7 @@ class GradientTape:
     # --- recording ---
     def __enter__(self) -> GradientTape:
         self._graph = current_graph()
-        self._block = self._graph.block
+        self._ranges.block = self._graph.block
         self._start()
         return self
 
@@ -45,21 +88,17 @@ class GradientTape:
         self._stop()
 
     def _start(self) -> None:
-        self._ranges.append([self._last_op(), None])
+        self._ranges.start()
         self._graph.read_watchers.append(self._on_read)
 
     def _stop(self) -> None:
-        if self._ranges and self._ranges[-1][1] is None:
-            self._ranges[-1][1] = self._last_op() or _EMPTY
+        if self._recording:
+            self._ranges.stop()
             self._graph.read_watchers.remove(self._on_read)
-
-    def _last_op(self) -> ir.Operation | None:
-        ops = self._block.operations
-        return ops[-1].operation if len(ops) else None
 
     @property
     def _recording(self) -> bool:
-        return bool(self._ranges) and self._ranges[-1][1] is None
+        return self._ranges.active
 
     @contextlib.contextmanager
     def stop_recording(self) -> Iterator[None]:
@@ -106,19 +145,7 @@ class GradientTape:
     # --- differentiation ---
     def _recorded(self):
         """A predicate: was ``op`` appended to the tape's block while it was recording?"""
-        end_now = self._last_op()
-        ranges = [(start, end_now if end is None else end) for start, end in self._ranges]
-
-        def records(op: ir.Operation) -> bool:
-            if end_now is None or op.parent != end_now.parent:
-                return False  # not in the block the tape recorded
-            for start, end in ranges:
-                if end is _EMPTY:
-                    continue
-                if (start is None or start.is_before_in_block(op)) and (op == end or op.is_before_in_block(end)):
-                    return True
-            return False
-        return records
+        return self._ranges.predicate()
 
     def _watched_values(self) -> set[ir.Value]:
         values = set(self._watched)
