@@ -131,13 +131,15 @@ def grad(
     with_value: bool = typer.Option(False, "--with-value", help=WITH_VALUE_HELP),
     jvp: bool = typer.Option(False, "--jvp", help="Forward mode: add @F_jvp(args..., tangents...) -> "
                              "(results..., their tangents...) instead of @F_grad."),
+    hessian: bool = typer.Option(False, "--hessian", help="Add @F_hessian(args...) -> one x.shape + x.shape "
+                                 "Hessian block per wrt argument, instead of @F_grad."),
 ) -> None:
     """Add @F_grad (gradient of the sum of F's results) to a StableHLO module.
 
     If the gradient cannot be built, OUT.mlir is not written (an existing one
     is left as it was).
     """
-    write_text(output, adjoints(read_text(source), func, wrt, not jvp, vjp, with_value, jvp))
+    write_text(output, adjoints(read_text(source), func, wrt, not (jvp or hessian), vjp, with_value, jvp, hessian))
 
 
 @app.command()

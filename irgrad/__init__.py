@@ -24,6 +24,7 @@ from .custom_gradient import custom_gradient, grad_pass_through
 from .higher_order import hessian_vector_product, hessians, jacobian
 from .tape import GradientTape
 from .forwardprop import ForwardAccumulator
+from .pfor import vectorized_map
 from . import math, nn  # noqa: E402
 
 newaxis = None

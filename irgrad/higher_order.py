@@ -1,13 +1,16 @@
 """Jacobians, Hessians and Hessian-vector products.
 
 A Jacobian row is a vector-Jacobian product with a one-hot cotangent. irgrad
-builds all rows in one ``stablehlo.while`` whose body holds a single backward
-pass (the body reads the forward values from the enclosing function), so the
-module's size does not depend on the number of rows and one compiled call
-computes them all (TensorFlow builds Hessians with a ``while_loop`` of
-``gradients`` calls the same way).
+builds one backward pass seeded by a row and batches it over the rows of the
+identity (:mod:`irgrad.passes.batching`, TensorFlow's ``pfor``), so every row
+comes out of one vectorized computation and the module's size does not depend
+on the number of rows. Where an op has no batching rule the same backward pass
+runs in a ``stablehlo.while`` over the rows instead (TensorFlow's ``while_loop``
+fallback). A Hessian is the Jacobian of the gradient: reverse over reverse.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .framework import Tensor
 from .gradients import UnconnectedGradients, as_list, graph_rule_lookup, source_tensor, unconnected_policy, gradients
@@ -16,7 +19,8 @@ from .ops.core import convert_to_tensor, current_graph, emit
 from .ops.math_ops import multiply
 from .passes import backprop, hlo
 from .passes.backprop import active_ops
-from .passes.mlir import elem, ir, tensor_type
+from .passes.batching import identity, jacobian_rows
+from .passes.mlir import elem, ir
 
 
 def connected(y: Tensor, x: Tensor) -> bool:
@@ -29,35 +33,23 @@ def connected(y: Tensor, x: Tensor) -> bool:
     return bool(order) and order[-1] == y.value.owner.operation  # the root finishes last
 
 
-def vjp_rows(y: Tensor, x: Tensor, name: str = "jacobian", allow=None) -> Tensor:
-    """``J[i] = d y.flat[i] / d x`` for every ``i``, shape ``y.shape + x.shape``, in one while loop."""
+def vjp_rows(y: Tensor, x: Tensor, name: str = "jacobian", allow=None, vectorize: bool = True) -> Tensor:
+    """``J[i] = d y.flat[i] / d x`` for every ``i``, shape ``y.shape + x.shape``: one backward
+    pass seeded with a one-hot row, batched over the rows of the identity (a ``while`` loop
+    over the rows when an op has no batching rule, or ``vectorize=False``)."""
     graph = current_graph()
-    n, m = y.shape.num_elements(), x.shape.num_elements()
+    n = y.shape.num_elements()
     y_flat = reshape(y, [n])
-    i32 = tensor_type([], "int32")
     if allow is not None and y_flat is not y:  # the flattening reshape is ours, not the user's
         flat_op, user_allow = y_flat.value.owner.operation, allow
         allow = lambda op: op == flat_op or user_allow(op)  # noqa: E731
 
-    def build():
-        zero_i = hlo.splat(0, i32)
-        rows = hlo.zeros(tensor_type([n, m], elem(x.value)))
-        loop, cond, body = hlo.while_([zero_i, rows])
-        with ir.InsertionPoint(cond):
-            hlo.return_([hlo.compare(cond.arguments[0], hlo.splat(n, i32), "LT")], "stablehlo.return")
-        with ir.InsertionPoint(body), graph.in_block(body):
-            i, acc = body.arguments
-            index = hlo.iota([n], i32.element_type, 0)
-            one_hot = hlo.compare(index, hlo.broadcast_in_dim(i, [n], []), "EQ")
-            seed = hlo.select(one_hot, hlo.ones(y_flat.value.type), hlo.zeros(y_flat.value.type))
-            (g,) = backprop([y_flat.value], [seed], [x.value], rule_for=graph_rule_lookup(graph), name=name,
-                            allow=allow)
-            row = hlo.reshape(g if g is not None else hlo.zeros(x.value.type), [1, m])
-            acc = hlo.dynamic_update_slice(acc, row, [i, hlo.splat(0, i32)])
-            hlo.return_([hlo.add(i, hlo.splat(1, i32)), acc], "stablehlo.return")
-        return loop.results[1]
+    def vjp(seed: ir.Value) -> ir.Value | None:
+        with graph.in_block(ir.InsertionPoint.current.block):
+            return backprop([y_flat.value], [seed], [x.value], rule_for=graph_rule_lookup(graph), name=name,
+                            allow=allow)[0]
 
-    rows = emit(name, build, graph)
+    rows = emit(name, lambda: jacobian_rows(identity(n, elem(y_flat.value)), x.value, vjp, vectorize), graph)
     return reshape(rows, tuple(y.shape) + tuple(x.shape))
 
 
@@ -72,12 +64,38 @@ def jacobian(y, x, unconnected_gradients=UnconnectedGradients.NONE, name: str = 
     return out[0] if single else out
 
 
-def jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None):
+def jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None, vectorize: bool = True):
     if not y.dtype.is_floating or not x.dtype.is_floating or not connected(y, x):
         if unconnected is UnconnectedGradients.ZERO:
             return zeros(tuple(y.shape) + tuple(x.shape), x.dtype)
         return None
-    return vjp_rows(y, x, name, allow)
+    return vjp_rows(y, x, name, allow, vectorize)
+
+
+def batch_jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None, vectorize: bool = True):
+    """``J[b, i...] = d y[b, i...] / d x[b]``, shape ``y.shape + x.shape[1:]``: rows seeded
+    with the same one-hot on every example (the examples assumed independent, as in TF)."""
+    if not y.dtype.is_floating or not x.dtype.is_floating or not connected(y, x):
+        if unconnected is UnconnectedGradients.ZERO:
+            return zeros(tuple(y.shape) + tuple(x.shape)[1:], x.dtype)
+        return None
+    graph = current_graph()
+    batch, rest_y, rest_x = y.shape[0], tuple(y.shape)[1:], tuple(x.shape)[1:]
+    k = int(np.prod(rest_y, dtype=np.int64))
+
+    def vjp(seed: ir.Value) -> ir.Value | None:
+        with graph.in_block(ir.InsertionPoint.current.block):
+            return backprop([y.value], [seed], [x.value], rule_for=graph_rule_lookup(graph), name=name,
+                            allow=allow)[0]
+
+    def build():
+        eye = hlo.reshape(identity(k, elem(y.value)), [k, *rest_y])
+        seeds = hlo.broadcast_in_dim(eye, [k, *y.shape], [0, *range(2, len(y.shape) + 1)])
+        rows = jacobian_rows(seeds, x.value, vjp, vectorize)  # [k, batch, *rest_x]
+        rows = hlo.transpose(rows, [1, 0, *range(2, len(x.shape) + 1)])
+        return hlo.reshape(rows, [batch, *rest_y, *rest_x])
+
+    return emit(name, build, graph)
 
 
 def hessians(ys, xs, gate_gradients: bool = False, aggregation_method=None, name: str = "hessians"):

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from . import nest
 from .framework import Tensor
 from .gradients import UnconnectedGradients, seed_tensors, source_tensor, unconnected_policy, compute_gradients
-from .higher_order import jacobian_one
+from .higher_order import batch_jacobian_one, jacobian_one
 from .ops.array_ops import zeros, zeros_like
 from .ops.core import convert_to_tensor, current_graph
 from .passes.backprop import active_ops
@@ -201,7 +201,26 @@ class GradientTape:
 
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
                  parallel_iterations=None, experimental_use_pfor=True):
-        """d target[i] / d source for every element i: shape target.shape + source.shape per source."""
+        """d target[i] / d source for every element i: shape target.shape + source.shape per
+        source; every row in one vectorized computation (``experimental_use_pfor``) or a loop."""
+        return self._jacobians(target, sources, unconnected_gradients, experimental_use_pfor, jacobian_one,
+                               lambda y, t: tuple(y.shape) + tuple(t.shape))
+
+    def batch_jacobian(self, target, source, unconnected_gradients=UnconnectedGradients.NONE,
+                       parallel_iterations=None, experimental_use_pfor=True):
+        """d target[b, i...] / d source[b] for every example b: shape
+        ``target.shape + source.shape[1:]`` (the examples assumed independent, as in TF)."""
+        y, x = convert_to_tensor(target), source
+        xs = source_tensor(x, self._graph) if self._graph is not None else None
+        if y.ndim < 1 or xs is None or xs.ndim < 1:
+            raise ValueError("batch_jacobian: target and source need a leading batch dimension")
+        if y.shape[0] != xs.shape[0]:
+            raise ValueError(f"batch_jacobian: the first dimensions of target ({y.shape[0]}) and source "
+                             f"({xs.shape[0]}) must match")
+        return self._jacobians(y, source, unconnected_gradients, experimental_use_pfor, batch_jacobian_one,
+                               lambda y, t: tuple(y.shape) + tuple(t.shape)[1:])
+
+    def _jacobians(self, target, sources, unconnected_gradients, vectorize: bool, one, zero_shape):
         self._check_use()
         unconnected = unconnected_policy(unconnected_gradients)
         graph = self._graph
@@ -212,9 +231,9 @@ class GradientTape:
         for s in flat_sources:
             t = source_tensor(s, graph)
             if self._is_watched(s, t, records):
-                out.append(jacobian_one(y, t, unconnected, "tape_jacobian", allow=records))
+                out.append(one(y, t, unconnected, "tape_jacobian", allow=records, vectorize=bool(vectorize)))
             elif unconnected is UnconnectedGradients.ZERO:
-                out.append(zeros(tuple(y.shape) + tuple(t.shape), t.dtype))
+                out.append(zeros(zero_shape(y, t), t.dtype))
             else:
                 out.append(None)
         return nest.pack_sequence_as(sources, out)

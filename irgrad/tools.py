@@ -156,17 +156,18 @@ def write_text(path: Path | None, text: str) -> None:
 
 
 def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
-             jvp: bool = False) -> str:
-    """``text`` with @F_grad / @F_vjp / @F_jvp added (unchanged when none is asked for).
+             jvp: bool = False, hessian: bool = False) -> str:
+    """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian added (unchanged when none is asked for).
 
     ``wrt`` is the command-line text (``"0,2"``); ``with_value`` and ``wrt``
     without ``grad``, ``vjp`` or ``jvp`` are a usage error.
     """
-    if not (grad or vjp or jvp):
+    if not (grad or vjp or jvp or hessian):
         if with_value or wrt is not None:
             raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)
         return text
-    return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp)
+    return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp,
+                                hessian=hessian)
 
 
 def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:

@@ -1,4 +1,4 @@
-"""Reverse-mode differentiation over StableHLO MLIR.
+"""Reverse-mode, forward-mode and batching passes over StableHLO MLIR.
 
 Works on MLIR alone (it never imports the irgrad frontend), so it serves
 modules from any producer. Importing this package registers every adjoint rule.
@@ -6,13 +6,15 @@ modules from any producer. Importing this package registers every adjoint rule.
 from . import (chlo, contractions, control_flow, convolution, elementwise, indexing, normalization,  # noqa: F401
                reductions, regions, shapes, windows)  # (register rules)
 from .backprop import AGGREGATIONS, backprop
-from .grad import add_adjoints, differentiate, find_function, function_name, public_functions
+from .batching import MissingBatchingRule
+from .grad import add_adjoints, differentiate, find_function, function_name, public_functions, vectorize
 from .mlir import IRError, context, parse_module, verify
 from .registry import (NONDIFFERENTIABLE, RULES, MissingAdjointError, adjoint, composite_adjoint,
                        nondifferentiable)
 
 __all__ = [
-    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "find_function", "function_name",
+    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "vectorize", "MissingBatchingRule",
+    "find_function", "function_name",
     "public_functions", "IRError", "context", "parse_module", "verify", "NONDIFFERENTIABLE",
     "RULES", "MissingAdjointError", "adjoint", "composite_adjoint", "nondifferentiable",
 ]

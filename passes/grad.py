@@ -8,6 +8,9 @@
 * ``with_value`` returns F's results first, then the gradients.
 * ``@F_jvp(args..., tangents of args[wrt]...) -> (F's results..., tangents of F's float
   results...)``: forward mode (``jvp=True``); a result the tangents do not reach gets zeros.
+* ``@F_hessian(args...) -> (H of args[wrt]...)`` (``hessian=True``): for each ``x`` in
+  args[wrt], the ``x.shape + x.shape`` Hessian of the sum of the float results
+  (``tf.hessians``' blocks), every row in one batched backward pass.
 
 ``wrt`` defaults to every floating-point argument. Calls to private functions
 are inlined into the adjoint's copy of the forward body first (``F`` itself is
@@ -18,10 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from . import hlo
 from .backprop import backprop
+from . import batching
+from .batching import identity, jacobian_rows
 from .forward import jvp as forward_jvp
-from .mlir import IRError, ir, is_float, parse_module, run_pipeline, verify
+from .mlir import IRError, elem, ir, is_float, parse_module, run_pipeline, shape, tensor_type, verify
 
 CLEANUP = "func.func(canonicalize,cse)"
 
@@ -164,9 +171,31 @@ def _tangents(wrt: list[int], name: str):
     return derive
 
 
+def _hessians(wrt: list[int], name: str):
+    """For each args[wrt]: the Hessian of the sum of the float results, ``x.shape + x.shape``
+    (tf.hessians' blocks): the gradient's Jacobian, its rows one batched backward pass."""
+    def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
+        xs = [block.arguments[i] for i in wrt]
+        grads = backprop(ys, [hlo.ones(y.type) if is_float(y) else None for y in ys], xs, name=name)
+        out = []
+        for g, x in zip(grads, xs):
+            s, n = shape(x), int(np.prod(shape(x), dtype=np.int64))
+            if g is None:
+                out.append(hlo.zeros(tensor_type([*s, *s], elem(x))))
+                continue
+            flat = hlo.reshape(g, [n])
+            rows = jacobian_rows(identity(n, elem(x)), x,
+                                 lambda seed, flat=flat, x=x: backprop([flat], [seed], [x], name=name)[0])
+            out.append(hlo.reshape(rows, [*s, *s]))
+        return out
+    return derive
+
+
 def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] | None = None, *,
-                 grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False) -> list[str]:
-    """Add ``@F_grad`` (and/or ``@F_vjp``, ``@F_jvp``) for function ``func`` to ``module`` in place.
+                 grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
+                 hessian: bool = False) -> list[str]:
+    """Add ``@F_grad`` (and/or ``@F_vjp``, ``@F_jvp``, ``@F_hessian``) for function ``func``
+    to ``module`` in place.
 
     Returns the names of the added functions.
     """
@@ -176,19 +205,42 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
     added = []
     last = func_op
     with module.context:
-        for kind, wanted in (("grad", grad), ("vjp", vjp), ("jvp", jvp)):
+        for kind, wanted in (("grad", grad), ("vjp", vjp), ("jvp", jvp), ("hessian", hessian)):
             if wanted:
                 new_name = f"{name}_{kind}"
-                derive = _tangents(wrt, new_name) if kind == "jvp" else _gradients(wrt, kind == "vjp", new_name)
-                last = _build(module, last, func_op, new_name, with_value or kind == "jvp", derive)
+                if kind == "jvp":
+                    derive = _tangents(wrt, new_name)
+                elif kind == "hessian":
+                    derive = _hessians(wrt, new_name)
+                else:
+                    derive = _gradients(wrt, kind == "vjp", new_name)
+                last = _build(module, last, func_op, new_name, (with_value and kind != "hessian") or kind == "jvp",
+                              derive)
                 added.append(function_name(last))
     return added
 
 
 def differentiate(text: str, func: str | None = None, wrt: Sequence[int] | None = None, *,
-                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False) -> str:
+                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
+                  hessian: bool = False) -> str:
     """Text in, text out: parse a StableHLO module and add its derivative functions."""
     module = parse_module(text)
     verify(module, "input module")
-    add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp)
+    add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian)
+    return module.operation.get_asm(enable_debug_info=False)
+
+
+def vectorize(text: str, func: str | None = None, batched: Sequence[int] | None = None, size: int = 2,
+              fallback: bool = False) -> str:
+    """Text in, text out: add ``@F_batched``, ``@F`` over a leading batch of ``size`` on the
+    arguments ``batched`` (default: all), every result batched."""
+    module = parse_module(text)
+    verify(module, "input module")
+    func_op = find_function(module, func)
+    n = len(func_op.regions[0].blocks[0].arguments)
+    flags = [batched is None or i in batched for i in range(n)]
+    with module.context:
+        new = batching.batch_function(func_op, flags, size, f"{function_name(func_op)}_batched", fallback=fallback)
+        run_pipeline(new, CLEANUP)
+        verify(module, f"@{function_name(new)}")
     return module.operation.get_asm(enable_debug_info=False)

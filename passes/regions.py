@@ -46,7 +46,7 @@ def symbol(attr: ir.Attribute) -> str:
     return ir.FlatSymbolRefAttr(attr).value
 
 
-def _module_of(op: ir.Operation) -> ir.Operation:
+def module_of(op: ir.Operation) -> ir.Operation:
     while op.name != "builtin.module":
         op = op.parent.operation
     return op
@@ -54,7 +54,7 @@ def _module_of(op: ir.Operation) -> ir.Operation:
 
 def lookup_function(anchor: ir.Operation, name: str) -> ir.Operation:
     """The ``func.func @name`` of the module that contains ``anchor``."""
-    module = _module_of(anchor)
+    module = module_of(anchor)
     try:
         return ir.SymbolTable(module)[name].operation
     except KeyError:

@@ -36,7 +36,7 @@ def _op_count(text: str) -> int:
 def test_hessian_ir_size_does_not_grow_with_n():
     small = _quadratic(3).lower(ig.TensorSpec([3]), ig.TensorSpec([3, 3])).mlir
     large = _quadratic(200).lower(ig.TensorSpec([200]), ig.TensorSpec([200, 200])).mlir
-    assert "stablehlo.while" in large
+    assert "stablehlo.while" not in large  # vectorized rows, not a loop over them
     assert _op_count(large) <= _op_count(small)
     assert len(large.splitlines()) <= len(small.splitlines())
 
