@@ -44,13 +44,18 @@ def vjp_rows(y: Tensor, x: Tensor, name: str = "jacobian", allow=None, vectorize
         flat_op, user_allow = y_flat.value.owner.operation, allow
         allow = lambda op: op == flat_op or user_allow(op)  # noqa: E731
 
-    def vjp(seed: ir.Value) -> ir.Value | None:
-        with graph.in_block(ir.InsertionPoint.current.block):
-            return backprop([y_flat.value], [seed], [x.value], rule_for=graph_rule_lookup(graph), name=name,
-                            allow=allow)[0]
-
+    vjp = _backward(graph, y_flat, x, name, allow)
     rows = emit(name, lambda: jacobian_rows(identity(n, elem(y_flat.value)), x.value, vjp, vectorize), graph)
     return reshape(rows, tuple(y.shape) + tuple(x.shape))
+
+
+def _backward(graph, y: Tensor, x: Tensor, name: str, allow):
+    """``seed ↦ d <y, seed> / d x``: one backward pass, emitted where it is called."""
+    def vjp(seed: ir.Value) -> ir.Value | None:
+        with graph.in_block(ir.InsertionPoint.current.block):
+            return backprop([y.value], [seed], [x.value], rule_for=graph_rule_lookup(graph), name=name,
+                            allow=allow)[0]
+    return vjp
 
 
 def jacobian(y, x, unconnected_gradients=UnconnectedGradients.NONE, name: str = "jacobian"):
@@ -83,10 +88,7 @@ def batch_jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None,
     batch, rest_y, rest_x = y.shape[0], tuple(y.shape)[1:], tuple(x.shape)[1:]
     k = int(np.prod(rest_y, dtype=np.int64))
 
-    def vjp(seed: ir.Value) -> ir.Value | None:
-        with graph.in_block(ir.InsertionPoint.current.block):
-            return backprop([y.value], [seed], [x.value], rule_for=graph_rule_lookup(graph), name=name,
-                            allow=allow)[0]
+    vjp = _backward(graph, y, x, name, allow)
 
     def build():
         eye = hlo.reshape(identity(k, elem(y.value)), [k, *rest_y])

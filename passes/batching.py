@@ -145,17 +145,12 @@ class Batcher:
         outs = []
         for block, flags in zip(blocks, args):
             hit = {a for a, f in zip(block.arguments, flags) if f}
-            for op in _walk_block(block):
+            *body, terminator = [o.operation for o in block.operations]
+            for op in body:
                 if any(v in hit or self.is_batched(v) for v in op_inputs(op)):
                     hit.update(op.results)
-            terminator = list(block.operations)[-1]
             outs.append([v in hit or self.is_batched(v) for v in terminator.operands])
         return outs
-
-
-def _walk_block(block: ir.Block):
-    ops = [o.operation for o in block.operations]
-    return ops[:-1]
 
 
 def remake(op: ir.Operation, operands: Sequence[Value], types: Sequence[ir.Type],

@@ -12,20 +12,26 @@
   ../shared/repro/iree313_vector_contract_reduce.mlir). The operand is reshaped
   to one dimension first: the same reduction, which IREE compiles.
 
-And one rewrite for speed: ``stablehlo.convolution`` becomes window patches and a
-``dot_general`` where ``choices.conv_forward_by_matmul`` says so (IREE 3.13 runs its
-convolution loops 10–30× slower than the same work as a matmul; see
-``choices.py``). The adjoint rules already emit that form; this covers forward
-convolutions, the user's and those copied into gradient functions.
+And two rewrites for speed (the measurements are in ``choices.py``):
+
+* ``stablehlo.convolution`` becomes window patches and a ``dot_general`` where
+  ``choices.conv_forward_by_matmul`` says so (IREE 3.13 runs its convolution loops
+  10–30× slower than the same work as a matmul). The adjoint rules already emit that
+  form; this covers forward convolutions, the user's and those copied into gradient
+  functions.
+* A float ``dot_general`` whose width (the rhs's one free dimension) is not a multiple
+  of 16 is computed wider, as ``choices.matmul_width`` says: zero columns appended to
+  the rhs, the result sliced back (IREE 3.13's kernels run 200 wide at a third of
+  their speed 256 wide).
 """
 from __future__ import annotations
 
 import math
 
 from ..boundary import respell_foreign
-from . import hlo
+from . import choices, hlo
 from .convolution import lower_convolution
-from .mlir import ir, is_float, parse_module, shape
+from .mlir import elem, ir, is_float, parse_module, shape, tensor_type
 
 
 def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
@@ -34,7 +40,8 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
             for inner in block.operations:
                 inner = inner.operation
                 if inner.name == "stablehlo.power" and is_float(inner.results[0]) \
-                        or inner.name == "stablehlo.convolution" or _reduces_everything(inner):
+                        or inner.name == "stablehlo.convolution" or _reduces_everything(inner) \
+                        or inner.name == "stablehlo.dot_general" and _wider(inner):
                     out.append(inner)
                 if len(inner.regions):
                     _candidates(inner, out)
@@ -55,6 +62,43 @@ def _flatten_reduce(op: ir.Operation) -> None:
         v = op.operands[i]
         op.operands[i] = hlo.reshape(v, [math.prod(shape(v))])
     op.attributes["dimensions"] = ir.DenseI64ArrayAttr.get([0])
+
+
+def _rhs_free_dims(op: ir.Operation) -> list[int]:
+    """The dimensions of a ``dot_general``'s rhs that are neither batch nor contracted."""
+    dims = hlo.read_struct(op, "dot_dimension_numbers")
+    fixed = dims.get("rhs_batching_dimensions", []) + dims.get("rhs_contracting_dimensions", [])
+    return [d for d in range(len(shape(op.operands[1]))) if d not in fixed]
+
+
+def _wider(op: ir.Operation) -> int:
+    """The width ``choices.matmul_width`` picks for this ``dot_general`` if it is wider
+    than the op's own (the rhs has one free dimension, every shape static), else 0."""
+    lhs, rhs = (shape(v) for v in op.operands)
+    free = _rhs_free_dims(op)
+    if len(free) != 1 or any(s < 0 for s in lhs + rhs):
+        return 0
+    dims = hlo.read_struct(op, "dot_dimension_numbers")
+    lhs_fixed = dims.get("lhs_batching_dimensions", []) + dims.get("lhs_contracting_dimensions", [])
+    batch = math.prod(rhs[d] for d in dims.get("rhs_batching_dimensions", []))
+    k = math.prod(rhs[d] for d in dims.get("rhs_contracting_dimensions", []))
+    m = math.prod(s for d, s in enumerate(lhs) if d not in lhs_fixed)
+    n = rhs[free[0]]
+    width = choices.matmul_width(batch, m, n, k, is_float(op.results[0]))
+    return width if width > n else 0
+
+
+def _widened(op: ir.Operation, width: int) -> ir.Value:
+    """``op`` computed ``width`` wide: zero columns appended to the rhs, the result sliced back."""
+    lhs, rhs = op.operands
+    free = _rhs_free_dims(op)[0]
+    high = [width - s if d == free else 0 for d, s in enumerate(shape(rhs))]
+    padded = hlo.pad(rhs, hlo.splat(0, tensor_type([], elem(rhs))), [0] * len(high), high, [0] * len(high))
+    out = shape(op.results[0])
+    wide_type = tensor_type([*out[:-1], width], elem(op.results[0]))
+    wide = ir.Operation.create("stablehlo.dot_general", results=[wide_type], operands=[lhs, padded],
+                               attributes={name: op.attributes[name] for name in op.attributes}).result
+    return hlo.slice(wide, [0] * len(out), list(out), [1] * len(out))
 
 
 def _safe_power(x: ir.Value, y: ir.Value) -> ir.Value:
@@ -82,6 +126,8 @@ def legalize_for_iree(module: ir.Module) -> int:
                 continue
             if op.name == "stablehlo.power":
                 replacement = _safe_power(op.operands[0], op.operands[1])
+            elif op.name == "stablehlo.dot_general":
+                replacement = _widened(op, _wider(op))
             else:
                 replacement = lower_convolution(op)
         if replacement is not None:
@@ -94,7 +140,8 @@ def legalize_for_iree(module: ir.Module) -> int:
 def legalize_text(text: str) -> str:
     """``legalize_for_iree`` on module text (returned unchanged when nothing applies)."""
     text = respell_foreign(text)
-    if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce")):
+    if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
+                                         "stablehlo.dot_general")):
         return text
     module = parse_module(text)
     if not legalize_for_iree(module):

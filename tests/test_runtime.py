@@ -365,6 +365,48 @@ def test_runtime_compile_applies_the_iree_workarounds():
     np.testing.assert_array_equal(np.asarray(out), [-8.0, 9.0, 1.0])
 
 
+@pytest.mark.parametrize("batch, m, n, k, is_float, width", [
+    (1, 200, 200, 200, True, 256),    # +28 % work for a 2× faster kernel
+    (1, 1000, 1000, 1000, True, 1024),
+    (1, 200, 150, 200, True, 192),
+    (1, 500, 90, 500, True, 96),      # 128 would add 42 %: the next multiple of 16
+    (1, 200, 208, 200, True, 208),    # already a multiple of 16
+    (1, 64, 100, 64, True, 100),      # too small to pay for the two copies
+    (1, 8, 1000, 1000, True, 1000),   # too few rows
+    (1, 200, 200, 200, False, 200),   # integers
+    (4, 100, 200, 60, True, 256),     # batched work counts
+])
+def test_matmul_width(batch, m, n, k, is_float, width):
+    from irgrad.passes import choices
+
+    assert choices.matmul_width(batch, m, n, k, is_float) == width
+
+
+def test_narrow_matmuls_are_computed_wide_with_the_same_result():
+    """A dot_general 200 wide (and a batched one whose rhs is transposed) is compiled as the
+    256-wide product of a zero-padded rhs, sliced back (passes/legalize.py): same values."""
+    from irgrad.passes.legalize import legalize_text
+
+    text = """func.func @mm(%a: tensor<200x200xf32>, %b: tensor<200x200xf32>) -> tensor<200x200xf32> {
+      %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<200x200xf32>, tensor<200x200xf32>) -> tensor<200x200xf32>
+      return %0 : tensor<200x200xf32>
+    }
+    func.func @bmm(%a: tensor<2x100x120xf32>, %b: tensor<2x200x120xf32>) -> tensor<2x100x200xf32> {
+      %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<2x100x120xf32>, tensor<2x200x120xf32>) -> tensor<2x100x200xf32>
+      return %0 : tensor<2x100x200xf32>
+    }"""
+    legal = legalize_text(text)
+    assert legal.count("stablehlo.pad") == 2 and "tensor<200x256xf32>" in legal and "tensor<2x256x120xf32>" in legal
+    assert legal.count("stablehlo.slice") == 2
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((200, 200), np.float32), rng.standard_normal((200, 200), np.float32)
+    ba, bb = rng.standard_normal((2, 100, 120), np.float32), rng.standard_normal((2, 200, 120), np.float32)
+    m = rt.load(rt.compile(text).vmfb)
+    np.testing.assert_allclose(m["mm"](a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(m["bmm"](ba, bb), np.einsum("bmk,bnk->bmn", ba.astype(np.float64), bb),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_compile_error_is_one_line_and_saves_the_ir():
     with pytest.raises(rt.CompileError) as info:
         rt.compile(CUSTOM_CALL, cache=False)
