@@ -269,7 +269,10 @@ def inspect(
     if not artifact.is_file():
         raise CLIError(f"{artifact}: no such file", USAGE)
     data = artifact.read_bytes()
-    metadata = runtime.read_metadata(data, read_sidecar(artifact))
+    try:
+        metadata = runtime.read_metadata(data, read_sidecar(artifact))
+    except runtime.ArtifactError as error:
+        raise runtime.ArtifactError(f"{artifact}: {error}") from None
     if as_json:
         typer.echo(json.dumps(metadata, indent=2, sort_keys=True))
         return

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifact import Artifact, atomic_write
-from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, read_metadata
+from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target
 from ..boundary import parse
@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _MEMORY_CACHE_SIZE = 64
+_CACHE_FORMAT = 2  # 2: entries are sealed (vmfb.seal), so older unsealed entries are not reused
 _memory_cache: collections.OrderedDict[str, Artifact] = collections.OrderedDict()
 _stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0}
 
@@ -140,7 +141,7 @@ def compile(
             return artifact
 
     text, metadata = _annotate(mlir_text, options, flags, producer)
-    vmfb = compile_vmfb(text, mlir_text, options, flags)
+    vmfb = seal(compile_vmfb(text, mlir_text, options, flags))
     _stats["compiles"] += 1
     artifact = Artifact(vmfb=vmfb, target=options.target.value, options=options, metadata=metadata)
     if cache:
@@ -151,7 +152,7 @@ def compile(
 
 def _cache_key(mlir_text: str, flags: list[str], producer: str | None) -> str:
     text_hash = hashlib.sha256(mlir_text.encode()).hexdigest()
-    material = json.dumps([SCHEMA, text_hash, flags, compiler_version(), producer])
+    material = json.dumps([SCHEMA, _CACHE_FORMAT, text_hash, flags, compiler_version(), producer])
     return hashlib.sha256(material.encode()).hexdigest()
 
 

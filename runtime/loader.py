@@ -278,14 +278,19 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
         ArtifactError: not an IREE artifact, or built by another IREE version.
         DeviceError: the device is missing or cannot run this artifact.
     """
-    sidecar = None
+    sidecar = path = None
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
     else:
         path = Path(path_or_bytes)
         data = path.read_bytes()
         sidecar = read_sidecar(path)
-    metadata = read_metadata(data, sidecar)
+    try:
+        metadata = read_metadata(data, sidecar)
+    except ArtifactError as error:
+        if path is None:
+            raise
+        raise ArtifactError(f"{path}: {error}") from None
     _check_version(metadata)
 
     target = metadata.get("target")
@@ -301,7 +306,7 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
                 f"use {' or '.join(allowed)}, or compile for another target"
             )
     dev = get_device(driver)
-    module = vm_module(data, dev.instance)
+    module = vm_module(data, dev.instance, checked=True)  # read_metadata checked these bytes
     import iree.runtime as rt  # lazy, as everywhere in runtime/: loading IREE costs ~100 ms
 
     try:

@@ -11,9 +11,11 @@ built elsewhere still describes itself through IREE's own
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 from .errors import ArtifactError, iree_message
 from .signature import Signature, parse_declaration
 
-__all__ = ["executable_formats", "read_metadata", "read_sidecar", "signatures_from_metadata", "vm_module"]
+__all__ = ["executable_formats", "read_metadata", "read_sidecar", "seal", "signatures_from_metadata", "vm_module"]
 
 SCHEMA = 1
 SIGNATURE_KEY = "irgrad.signature"
@@ -47,8 +49,10 @@ def signatures_from_metadata(metadata: dict[str, Any]) -> dict[str, Signature]:
 _INSTANCE: Any = None
 
 
-def vm_module(data: bytes, instance: Any = None) -> Any:
-    """Parses .vmfb bytes into an IREE VmModule, ArtifactError when they are not one."""
+def vm_module(data: bytes, instance: Any = None, *, checked: bool = False) -> Any:
+    """Parses .vmfb bytes into an IREE VmModule, ArtifactError when they are not one.
+    ``checked``: the caller has already passed these very bytes through the integrity
+    checks (``read_metadata`` does), so the digest is not computed twice."""
     import iree.runtime as rt
 
     global _INSTANCE
@@ -56,11 +60,46 @@ def vm_module(data: bytes, instance: Any = None) -> Any:
         if _INSTANCE is None:
             _INSTANCE = rt.VmInstance()
         instance = _INSTANCE
-    _check_archive(data)
+    if not checked:
+        _check_archive(data)
     try:
         return rt.VmModule.copy_buffer(instance, data)
     except (ValueError, RuntimeError) as error:
         raise ArtifactError(f"not a valid IREE artifact (.vmfb): {iree_message(error)}") from None
+
+
+_DIGEST = b"irgrad-sha256:"
+_END_OF_DIRECTORY = b"PK\x05\x06"  # the zip record that ends the archive; its comment follows it
+
+
+def _comment_at(data: bytes) -> int:
+    """Where the zip comment's 2-byte length field is (-1 when there is no end record)."""
+    end = data.rfind(_END_OF_DIRECTORY, max(0, len(data) - 22 - 0xFFFF))
+    return end + 20 if end >= 0 and end + 22 <= len(data) else -1
+
+
+def seal(vmfb: bytes) -> bytes:
+    """The artifact with a SHA-256 of its bytes as its zip comment: ``ig.load``, ``irgrad
+    run`` and ``irgrad inspect`` refuse a file whose bytes no longer match (damage the zip's
+    own CRCs miss: headers, alignment padding). IREE ignores the comment, so
+    ``iree-run-module`` runs a sealed artifact as before. Other layouts are returned as they are."""
+    at = _comment_at(vmfb)
+    if not vmfb.startswith(b"PK\x03\x04") or at < 0 or at + 2 != len(vmfb):
+        return vmfb
+    comment = _DIGEST + hashlib.sha256(vmfb[:at]).hexdigest().encode()
+    return vmfb[:at] + struct.pack("<H", len(comment)) + comment
+
+
+def _check_digest(data: bytes) -> None:
+    """ArtifactError when a sealed artifact's bytes do not match its digest."""
+    at = _comment_at(data)
+    if at < 0:
+        return
+    comment = bytes(data[at + 2:])
+    if not comment.startswith(_DIGEST):
+        return  # not sealed by irgrad: the archive checks below still apply
+    if comment[len(_DIGEST):] != hashlib.sha256(data[:at]).hexdigest().encode():
+        raise ArtifactError("not a valid IREE artifact (.vmfb): damaged: digest mismatch")
 
 
 def _check_archive(data: bytes) -> None:
@@ -69,13 +108,15 @@ def _check_archive(data: bytes) -> None:
     A .vmfb is a zip archive (the module flatbuffer, then one entry per
     executable); IREE reads the flatbuffer only, so a file cut inside the
     executables would load and fail later. The zip directory at the end and
-    the CRC of every entry tell.
+    the CRC of every entry tell; an artifact irgrad compiled also carries a
+    digest of all its bytes (``seal``).
     """
     import io
     import zipfile
 
     if not bytes(data[:4]) == b"PK\x03\x04":
         return  # not the archive layout: let IREE judge
+    _check_digest(data)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             bad = archive.testzip()

@@ -728,6 +728,19 @@ def test_inspect_missing_file(tmp_path):
     assert result.exit_code == 2 and "no such file" in error_line(result)
 
 
+def test_inspect_and_run_refuse_a_damaged_artifact(cpu_compile, tmp_path):
+    """One line naming the file, exit 1, for bytes that no longer match the artifact's digest."""
+    _, path = cpu_compile
+    bad = bytearray(path.read_bytes())
+    bad[-1] ^= 0x01  # the last hex digit of the digest itself
+    damaged = tmp_path / "damaged.vmfb"
+    damaged.write_bytes(bad)
+    for args in (["inspect", damaged], ["run", damaged, "--function", "loss"]):
+        result = invoke(*args)
+        assert result.exit_code == 1, result.output
+        assert f"{damaged}: not a valid IREE artifact (.vmfb): damaged: digest mismatch" in error_line(result)
+
+
 def test_targets():
     result = invoke("targets")
     assert result.exit_code == 0, result.output

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import textwrap
@@ -431,6 +433,31 @@ def test_save_and_load_round_trip(cpu_artifact, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.vmfb", "model.vmfb.json"]
     m = rt.load(str(path))
     np.testing.assert_allclose(m["f"](X, W), f_ref(X, W), rtol=1e-6)
+
+
+def test_damaged_artifact_is_refused_by_its_digest(cpu_artifact, tmp_path):
+    """A byte flipped where the zip's own CRCs do not look (a local header's alignment
+    padding) is caught by the digest irgrad seals every artifact with; the message names
+    the file. The undamaged bytes load (iree-run-module runs sealed artifacts: test_targets)."""
+    import struct
+    import zipfile
+
+    vmfb = cpu_artifact.vmfb
+    assert re.search(rb"irgrad-sha256:[0-9a-f]{64}$", vmfb)
+    name, extra = struct.unpack("<HH", vmfb[26:30])
+    assert extra > 0
+    bad = bytearray(vmfb)
+    bad[30 + name + extra - 1] ^= 0xFF
+    with zipfile.ZipFile(io.BytesIO(bytes(bad))) as archive:
+        assert archive.testzip() is None  # the CRCs alone would let it through
+    path = tmp_path / "model.vmfb"
+    path.write_bytes(bad)
+    with pytest.raises(rt.ArtifactError) as info:
+        rt.load(path)
+    assert str(info.value) == f"{path}: not a valid IREE artifact (.vmfb): damaged: digest mismatch"
+    with pytest.raises(rt.ArtifactError, match="damaged: digest mismatch"):
+        rt.load(bytes(bad))
+    np.testing.assert_allclose(rt.load(vmfb)["f"](X, W), f_ref(X, W), rtol=1e-6)
 
 
 def test_bare_bytes_describe_themselves(cpu_artifact):
