@@ -1,4 +1,4 @@
-"""irgrad's gradients of eight models against the forward, JAX's adjoint and XLA.
+"""irgrad's gradients of twelve models against the forward, JAX's adjoint and XLA.
 
     benchmarks/.venv/bin/python benchmarks/bench_models.py           # full run (about 7 min, 2 cores)
     benchmarks/.venv/bin/python benchmarks/bench_models.py --quick   # one build, few rounds
@@ -32,6 +32,11 @@ arguments for irgrad and for JAX):
                  head on every step, mean-squared error.
 * ``mobilenetv2`` keras.applications' MobileNetV2 (alpha 0.35, 10 classes) on
                  8×32×32×3, batch norm in train mode after each of its 52 convolutions.
+* ``scan_lstm``, ``scan_gru``: ``lax.scan`` over 96 steps of an LSTM / GRU cell (batch 8,
+                 input 16, hidden 32), a dense head on every step, mean-squared error: a
+                 ``stablehlo.while`` too long to unroll (flax's ``nn.RNN`` and Keras'
+                 LSTM on JAX export the same loop). ``unrolled_lstm``, ``unrolled_gru``:
+                 the same steps written as a Python loop (what torch-mlir exports).
 
 Per model:
 
@@ -415,9 +420,57 @@ def lstm() -> Model:
     return Model("lstm", loss, args, ["w_x", "w_h", "b", "w_out", "b_out", "xs", "ys"])
 
 
+def _recurrent(name: str, cell_kind: str, unrolled: bool) -> Model:
+    """A scan over 96 steps of an LSTM or GRU cell (batch 8, input 16, hidden 32) under a
+    dense head, mean-squared error: the loop too long to unroll (``lax.scan`` →
+    ``stablehlo.while``), or the same steps as a Python loop (straight-line code)."""
+    rng = _rng(11 if cell_kind == "lstm" else 12)
+    steps, batch, inputs, hidden, outputs = 96, 8, 16, 32, 4
+    gates = 4 if cell_kind == "lstm" else 3
+
+    def lstm_cell(carry, x, w_x, w_h, b):
+        h, c = carry
+        i, f, g, o = jnp.split(x @ w_x + h @ w_h + b, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+
+    def gru_cell(carry, x, w_x, w_h, b):
+        (h,) = carry
+        xr, xz, xn = jnp.split(x @ w_x + b, 3, axis=-1)
+        hr, hz, hn = jnp.split(h @ w_h, 3, axis=-1)
+        r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
+        h = (1.0 - z) * jnp.tanh(xn + r * hn) + z * h
+        return (h,), h
+
+    cell = lstm_cell if cell_kind == "lstm" else gru_cell
+
+    def loss(w_x, w_h, b, w_out, b_out, xs, ys):
+        zeros = jnp.zeros((batch, hidden), jnp.float32)
+        carry = (zeros, zeros) if cell_kind == "lstm" else (zeros,)
+        if unrolled:
+            hs = []
+            for t in range(steps):
+                carry, h = cell(carry, xs[t], w_x, w_h, b)
+                hs.append(h)
+            hs = jnp.stack(hs)
+        else:
+            _, hs = lax.scan(lambda c, x: cell(c, x, w_x, w_h, b), carry, xs)
+        return jnp.mean(jnp.square(hs @ w_out + b_out - ys))
+
+    args = [weight(rng, inputs, gates * hidden, fan_in=inputs), weight(rng, hidden, gates * hidden, fan_in=hidden),
+            normal(rng, gates * hidden, scale=0.1), weight(rng, hidden, outputs, fan_in=hidden),
+            normal(rng, outputs, scale=0.1), normal(rng, steps, batch, inputs), normal(rng, steps, batch, outputs)]
+    return Model(name, loss, args, ["w_x", "w_h", "b", "w_out", "b_out", "xs", "ys"])
+
+
 MODELS: dict[str, Callable[[], Model]] = {
     "mlp": mlp, "cnn": cnn, "attention": attention, "vit": vit,
     "mobilenet": mobilenet, "resnet": resnet, "lstm": lstm, "mobilenetv2": mobilenetv2,
+    "scan_lstm": lambda: _recurrent("scan_lstm", "lstm", False),
+    "unrolled_lstm": lambda: _recurrent("unrolled_lstm", "lstm", True),
+    "scan_gru": lambda: _recurrent("scan_gru", "gru", False),
+    "unrolled_gru": lambda: _recurrent("unrolled_gru", "gru", True),
 }
 
 # ----- XLA as a program of the interleaved timing -----------------------------------------------

@@ -506,8 +506,109 @@ FIXTURES = [
 ]
 
 
-def _while_data_dependent(x):
-    return lax.while_loop(lambda a: jnp.sum(a) < 100.0, lambda a: a * 2.0, x)
+# ``lax.while_loop`` fixtures: JAX exports them but cannot differentiate them in reverse mode
+# (``jax.grad`` raises), so each comes with ``ref``, the same computation written with Python
+# control flow on concrete values, which ``jax.grad`` unrolls as it runs: its gradient is the
+# gradient of the loop for the trip counts these inputs give.
+
+def while_data_dependent(x):
+    return lax.while_loop(lambda a: jnp.sum(a) < 100.0, lambda a: a * 2.0 + jnp.sin(a), x)
+
+
+def _while_data_dependent_ref(x):
+    while jnp.sum(x) < 100.0:
+        x = x * 2.0 + jnp.sin(x)
+    return x
+
+
+def _newton_step(y, a):
+    return 0.5 * (y + a / y)
+
+
+def while_newton(a, y0):
+    """sqrt(a) by Newton's iteration from y0 until |y^2 - a| <= 1e-5 a everywhere."""
+    def cond(y):
+        return jnp.any(jnp.abs(y * y - a) > 1e-5 * a)
+    return lax.while_loop(cond, lambda y: _newton_step(y, a), y0) * 2.0
+
+
+def _while_newton_ref(a, y0):
+    y = y0
+    while jnp.any(jnp.abs(y * y - a) > 1e-5 * a):
+        y = _newton_step(y, a)
+    return y * 2.0
+
+
+def _inner_until(v, w, k):
+    return lax.while_loop(lambda u: jnp.sum(u) < 1.0 + k, lambda u: u * w + 0.1 * jnp.sin(u), v)
+
+
+def while_nested(x, w):
+    """fori_loop over 3 outer steps around a while loop whose trip count grows with the outer
+    counter (a different inner count each outer iteration); the outer state also goes through
+    tanh and a matrix."""
+    def outer(k, v):
+        return jnp.tanh(_inner_until(v, w, k.astype(F32))) * 0.9
+    return lax.fori_loop(0, 3, outer, x)
+
+
+def _while_nested_ref(x, w):
+    for k in range(3):
+        while jnp.sum(x) < 1.0 + k:
+            x = x * w + 0.1 * jnp.sin(x)
+        x = jnp.tanh(x) * 0.9
+    return x
+
+
+def while_int_bound(x, w, n):
+    """The bound in an int32 argument, a tuple carry with a counter, a captured matrix."""
+    def body(c):
+        i, h = c
+        return i + 1, jnp.tanh(h @ w) + x
+    return lax.while_loop(lambda c: c[0] < n, body, (0, x))[1]
+
+
+def _while_int_bound_ref(x, w, n):
+    h = x
+    for _ in range(int(n)):
+        h = jnp.tanh(h @ w) + x
+    return h
+
+
+def while_cond_inside(x, s):
+    """lax.cond inside a data-dependent while loop, the loop inside a lax.cond."""
+    def body(v):
+        return lax.cond(jnp.sum(v) > 1.0, lambda u: u * 1.7 + jnp.sin(u), lambda u: u * 2.5, v)
+    grow = lambda v: lax.while_loop(lambda u: jnp.sum(u) < 6.0, body, v)  # noqa: E731
+    return lax.cond(s > 0.0, grow, jnp.cos, x)
+
+
+def _while_cond_inside_ref(x, s):
+    if s > 0.0:
+        while jnp.sum(x) < 6.0:
+            x = x * 1.7 + jnp.sin(x) if jnp.sum(x) > 1.0 else x * 2.5
+        return x
+    return jnp.cos(x)
+
+
+WHILE = [
+    dict(name="while_data_dependent", fn=while_data_dependent, ref=_while_data_dependent_ref,
+         ops="lax.while_loop whose trip count depends on the data (while sum(x) < 100: x = 2x + sin x)",
+         args=[f32(4, dist=positive())]),
+    dict(name="while_newton", fn=while_newton, ref=_while_newton_ref,
+         ops="Newton's iteration for sqrt(a) to a relative tolerance: any() of a comparison in the cond, "
+             "a captured argument in the body",
+         args=[f32(5, dist=positive(0.5, 4.0)), f32(5, dist=positive(1.0, 2.0))]),
+    dict(name="while_nested", fn=while_nested, ref=_while_nested_ref,
+         ops="fori_loop around a data-dependent lax.while_loop whose trip count changes per outer step",
+         args=[f32(3, dist=positive(0.05, 0.2)), f32(3, dist=positive(1.2, 1.5))]),
+    dict(name="while_int_bound", fn=while_int_bound, ref=_while_int_bound_ref,
+         ops="lax.while_loop bounded by an int32 argument (i < n), tuple carry, captured matrix",
+         args=[f32(2, 4), f32(4, 4), i32(dist=("value", 5))]),
+    dict(name="while_cond_inside", fn=while_cond_inside, ref=_while_cond_inside_ref,
+         ops="lax.cond inside a data-dependent lax.while_loop, the loop inside lax.cond",
+         args=[f32(3, dist=positive(0.1, 0.3)), f32(dist=("value", 1.0))]),
+]
 
 
 def _custom_call(a, b):
@@ -516,12 +617,6 @@ def _custom_call(a, b):
 
 
 NEGATIVE = [
-    dict(name="while_data_dependent", fn=_while_data_dependent,
-         ops="lax.while_loop whose trip count depends on the data (while sum(x) < 100: x *= 2)",
-         args=[f32(4, dist=positive())],
-         error="reject: stablehlo.while whose trip count is data dependent is not differentiable "
-               "(reverse mode needs a static trip count); expected an irgrad error naming "
-               "stablehlo.while / data-dependent trip count, no partial output"),
     dict(name="custom_call", fn=_custom_call,
          ops="jnp.linalg.cholesky on CPU -> stablehlo.custom_call @lapack_spotrf_ffi",
          args=[f32(3, 3), f32(3, 3)],
@@ -569,6 +664,16 @@ def export_positive(spec):
     text = lower_text(fn, name, args)
 
     outs = [np.asarray(o) for o in _as_tuple(jax.jit(fn)(*args))]
+    if "ref" in spec:  # a while loop: JAX refuses reverse mode; its unrolled twin gives the numbers
+        try:
+            jax.grad(lambda *a: jnp.sum(fn(*a)))(*args)
+        except Exception:
+            pass
+        else:
+            raise AssertionError(f"{name}: expected jax.grad to refuse lax.while_loop")
+        fn = spec["ref"]
+        for got, want in zip(_as_tuple(fn(*args)), outs, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
     wrt = [i for i, a in enumerate(args) if _is_float(a)]
     float_outs = [k for k, o in enumerate(outs) if _is_float(o)]
     assert wrt and float_outs, name
@@ -619,14 +724,6 @@ def export_negative(spec):
     text = lower_text(fn, name, args)
     if name == "custom_call":
         assert "stablehlo.custom_call" in text
-    if name == "while_data_dependent":
-        assert "stablehlo.while" in text
-        try:  # reverse mode through a data-dependent while loop is impossible in JAX too
-            jax.grad(lambda x: jnp.sum(fn(x)))(*args)
-        except Exception:
-            pass
-        else:
-            raise AssertionError("expected jax.grad to fail on while_loop")
     outs = [np.asarray(o) for o in _as_tuple(jax.jit(fn)(*args))]
     data = {"arg%d" % i: a for i, a in enumerate(args)}
     data.update({"out%d" % i: o for i, o in enumerate(outs)})
@@ -687,7 +784,7 @@ python3 -m venv /work/jaxvenv && /work/jaxvenv/bin/pip install jax jaxlib numpy
 /work/venv/bin/python dev/check_jax_fixtures_forward.py    # IREE llvm-cpu forward check
 ```
 
-Functions, argument specs and seeds are in the `FIXTURES` / `NEGATIVE` tables of
+Functions, argument specs and seeds are in the `FIXTURES` / `WHILE` / `NEGATIVE` tables of
 `dev/make_jax_fixtures.py` (seed = crc32(name)); regeneration is deterministic for a
 given JAX version.
 
@@ -724,7 +821,7 @@ def write_readme(forward_notes=None):
     out = [README_HEAD.format(jaxver=jax.__version__, jaxlibver=jaxlib_ver)]
 
     per = {}
-    for spec in FIXTURES + NEGATIVE:
+    for spec in FIXTURES + WHILE + NEGATIVE:
         p = os.path.join(OUT_DIR, spec["name"] + ".mlir")
         if os.path.exists(p):
             with open(p) as f:
@@ -733,7 +830,7 @@ def write_readme(forward_notes=None):
     out.append("## Positive fixtures (gradient references in the npz)\n\n")
     out.append("| fixture | meant to exercise | args | StableHLO/CHLO ops (count in .mlir) |\n")
     out.append("| --- | --- | --- | --- |\n")
-    for spec in FIXTURES:
+    for spec in FIXTURES + WHILE:
         c = per.get(spec["name"])
         if c is None:
             continue
@@ -751,7 +848,7 @@ def write_readme(forward_notes=None):
     for c in per.values():
         for k in c:
             union[k] += 1
-    pos_names = {s["name"] for s in FIXTURES}
+    pos_names = {s["name"] for s in FIXTURES + WHILE}
     union_pos = Counter()
     for name, c in per.items():
         if name in pos_names:
@@ -784,7 +881,7 @@ inputs with `iree.runtime` (`local-task`) and compares with `out*` (rtol 1e-4, a
 integer outputs exactly).  Note: JAX names the module `@jit_<name>`, so the compiled VM
 module is `jit_<name>` (use `ctx.modules[vm_module.name]`, not `ctx.modules.module`).
 
-Result: all 28 positive fixtures and `while_data_dependent` compile, run and match
+Result: all 28 positive fixtures of `FIXTURES` compile, run and match
 (max abs error <= 4e-6).  `custom_call` does not compile with IREE, as expected:
 `failed to legalize operation 'stablehlo.custom_call'` (`@lapack_spotrf_ffi` is a
 JAX-CPU LAPACK FFI call); it exists only as a negative fixture for irgrad.  No fixture
@@ -803,7 +900,10 @@ had to be dropped or replaced.
   stablehlo.add across dimensions = [...]` and the generic multi-operand form with a
   `reducer(...)` region (argmax/argmin: (value, iota) pairs, `argmax_reduce`).
 * `while` loops from `fori_loop`/`scan` have a static trip count in the `cond` region
-  (counter compared with a constant); `dropout` has a while loop that carries only integer
+  (counter compared with a constant).  The `while_*` fixtures (`WHILE` table) are
+  `lax.while_loop`s whose trip count depends on the data or on an int32 argument: `jax.grad`
+  refuses them, so their `grad*`/`vjp*` come from `jax.grad` of the same computation written
+  with Python control flow (unrolled for these inputs' trip counts); `dropout` has a while loop that carries only integer
   (threefry) state.  `switch3` clamps its index before `stablehlo.case`; `cond_case` converts
   the i1 predicate to i32 first.
 * `dynamic_slice` uses out-of-range starts that StableHLO clamps (start column 4 with
@@ -815,11 +915,11 @@ had to be dropped or replaced.
 def main(argv):
     os.makedirs(OUT_DIR, exist_ok=True)
     only = set(argv[1:])
-    names = {s["name"] for s in FIXTURES + NEGATIVE}
+    names = {s["name"] for s in FIXTURES + WHILE + NEGATIVE}
     unknown = only - names
     if unknown:
         raise SystemExit("unknown fixture(s): {}".format(", ".join(sorted(unknown))))
-    for spec in FIXTURES:
+    for spec in FIXTURES + WHILE:
         if not only or spec["name"] in only:
             export_positive(spec)
     for spec in NEGATIVE:

@@ -16,7 +16,8 @@ gain an operand batching dimension; a ``dynamic_slice`` with batched indices bec
 ``gather``. Control flow: ``case``/``if`` on a shared index keep their branches (batched
 inside), on a batched index run every branch and select; a ``while`` whose condition is
 batched (trip counts that differ per element) runs until every element is done, each
-element's state frozen once its own condition fails. An op without a rule raises
+element's state frozen once its own condition fails. An op without a rule, or one that
+reads or makes a value of a run-time shape (a data-dependent loop's tape), raises
 :class:`MissingBatchingRule`; :func:`map_block` then falls back to a loop over the batch
 when asked (TensorFlow's ``fallback_to_while_loop``).
 """
@@ -29,7 +30,7 @@ import numpy as np
 from . import hlo
 from .backprop import op_inputs
 from .mlir import elem, ir, shape, tensor_type
-from .regions import lookup_function, module_of
+from .regions import discard, lookup_function, module_of
 
 Value = ir.Value
 
@@ -119,6 +120,10 @@ class Batcher:
             rule = BATCHING_RULES.get(op.name)
             if rule is None:
                 raise MissingBatchingRule(op)
+            if not all(hlo.is_static(v) for v in [*op_inputs(op), *op.results]):
+                # The rules build static types (the tapes of a loop with a data-dependent
+                # trip count are sized at run time): such a block runs as a loop instead.
+                raise MissingBatchingRule(op, "a value whose shape is only known at run time")
             with op.location:
                 results = list(rule(self, op))
             for old, new in zip(op.results, results):
@@ -789,16 +794,6 @@ def _erase_after(mark: ir.Operation) -> None:
     end = ops.index(point) if point is not None else len(ops)
     for o in reversed(ops[start:end]):
         discard(o)
-
-
-def discard(op: ir.Operation) -> None:
-    """Erase ``op`` and, first, every op nested in it through its Python handle (the
-    bindings keep stale handles to nested ops otherwise)."""
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in reversed([o.operation for o in block.operations]):
-                discard(inner)
-    op.erase()
 
 
 def loop_block(block: ir.Block, values: Sequence[Value], flags: Sequence[bool], size: int) -> list[Value]:

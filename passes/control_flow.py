@@ -13,15 +13,28 @@ passes them to these rules after the op's operands (see ``op_inputs``).
 * ``case`` / ``if``: an op of the same kind on the same (saved) index whose
   branch k recomputes branch k and returns its adjoint for every float
   captured value, zeros for the values branch k does not use.
-* ``while`` with a trip count ``n`` known at compile time (JAX's ``fori_loop``
-  and ``scan``): a short loop (``choices.unroll_loop``) is unrolled in place and
-  differentiated as straight-line code. Otherwise a copy of the loop takes the
-  forward loop's place and records, at every iteration, the carries and the
-  non-elementwise values the adjoint reads (``tape[t]``; loop-invariant carries are
-  not recorded); a reverse loop over ``t = n-1 .. 0`` reads them, recomputes the
-  elementwise rest and applies the body's adjoint, carrying the carries' cotangents
-  and accumulating the captured values'. A loop whose trip count cannot be proven
-  static raises :class:`DynamicTripCountError` (a ValueError) naming its location.
+* ``while``: a copy of the loop takes the forward loop's place and records, at every
+  iteration, the carries and the non-elementwise values the adjoint reads (``tape[t]``;
+  loop-invariant carries and integer counters are not recorded: a counter is
+  ``init + t * step``); a reverse loop over ``t = n-1 .. 0`` reads them, recomputes the
+  elementwise rest and applies the body's adjoint, carrying the carries' cotangents and
+  accumulating the captured values'. With a trip count ``n`` known at compile time (JAX's
+  ``fori_loop`` and ``scan``) the tapes are ``n`` long and the forward loop runs once; a
+  short loop (``choices.unroll_loop``) is unrolled in place instead and differentiated as
+  straight-line code. A loop whose counter is compared with a bound the loop does not
+  change (``i < n``, ``n`` an argument; the reverse loops this pass builds) gets its count
+  ``max(0, ceil((bound - start) / step))`` computed before it and runs once too, into tapes
+  sized ``n`` at run time (``tensor<?x...>``). Any other loop (a convergence test, a
+  threshold, an inner loop whose count changes with the outer iteration) runs twice: a first
+  copy counts its iterations ``n`` (and gives the forward results), then the recording copy
+  runs exactly ``n`` iterations into tapes sized ``n`` at run time, and the reverse loop runs
+  ``n`` steps. Memory is what the iterations that ran need; the cost is one more forward
+  run, which the counted path does not pay. (A tape that grows as the loop runs would save
+  that run, but its growth is a data-dependent concatenation whose own adjoint would need
+  the tape's size at every step: gradients of gradients would not go through it.) The same
+  rules differentiate the loops they emit, so second derivatives go through every path; a
+  loop carrying a tensor of run-time shape (a tape, when a gradient is differentiated again)
+  does not record it, as the adjoints of the ops that write tapes never read them.
 """
 from __future__ import annotations
 
@@ -30,16 +43,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from . import hlo
-from .regions import inline_region
+from .regions import discard, inline_region
 from .backprop import backprop, backprop_local, captured_values, op_inputs
 from .choices import unroll_loop
+from .contractions import dot_dimensions
 from .mlir import elem, ir, is_float, shape, tensor_type
 from .forward import Replaced, by_transposition, in_place, jvp
 from .registry import adjoint, missing, tangent
-
-
-class DynamicTripCountError(ValueError):
-    """A ``stablehlo.while`` on the gradient path whose trip count is not static."""
 
 
 def _in_block(block: ir.Block) -> Callable[[ir.Operation], bool]:
@@ -76,10 +86,19 @@ def isolate(op: ir.Operation) -> None:
 
 # ----- branches --------------------------------------------------------------------
 
+def _differentiable(captured: Sequence[ir.Value]) -> list[ir.Value]:
+    """The captured values that get a cotangent: the float ones, but not constants (MLIR
+    hoists a body's constants out of it; summing their cotangents at every iteration was
+    six reductions per step of an LSTM cell's reverse loop, for nothing)."""
+    def constant(v: ir.Value) -> bool:
+        return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant"
+    return [v for v in captured if is_float(v) and not constant(v)]
+
+
 def _branch_adjoints(op: ir.Operation, cts, make) -> list[ir.Value | None]:
     """One cotangent per captured value from an op ``make(types, n)`` that dispatches like ``op``."""
     captured = captured_values(op)
-    wrt = [v for v in captured if is_float(v)]
+    wrt = _differentiable(captured)
     if not wrt:
         return [None] * len(captured)
     new, blocks = make([v.type for v in wrt], len(op.regions))
@@ -87,10 +106,10 @@ def _branch_adjoints(op: ir.Operation, cts, make) -> list[ir.Value | None]:
         with ir.InsertionPoint(block):
             outs = inline_region(op, k, [])
             grads = backprop(outs, list(cts), wrt, allow=_in_block(block))
-            hlo.return_([g if g is not None else hlo.zeros(v.type) for g, v in zip(grads, wrt)], "stablehlo.return")
+            hlo.return_([g if g is not None else hlo.zeros_like(v) for g, v in zip(grads, wrt)], "stablehlo.return")
     isolate(new)
-    results = iter(new.results)
-    return [next(results) if is_float(v) else None for v in captured]
+    d_captured = dict(zip(wrt, new.results))
+    return [d_captured.get(v) for v in captured]
 
 
 @adjoint("stablehlo.case")
@@ -134,32 +153,83 @@ def _scalar_constant(v: ir.Value) -> int | np.floating | None:
 _SWAPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "NE": "NE", "EQ": "EQ"}
 
 
-def trip_count(op: ir.Operation) -> int:
-    """n for a counted loop: carry i starts at a constant, the condition compares i with a
-    constant (LT, LE, GT, GE or NE), and the body returns i + constant step."""
-    cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+def _counter_test(op: ir.Operation) -> tuple[int, ir.Value, str] | None:
+    """(k, bound, direction) when the condition is ``carry_k <direction> bound`` (the carry on
+    the left), the bound a value the condition reads; None for any other condition."""
+    cond = op.regions[0].blocks[0]
     pred = _skip_identity(list(cond.operations)[-1].operation.operands[0])
     cmp = pred.owner if isinstance(pred, ir.OpResult) else None
-    if cmp is not None and cmp.name == "stablehlo.compare":
-        lhs, rhs = (_skip_identity(v) for v in cmp.operands)
-        direction = hlo.read_direction(cmp)
-        if isinstance(rhs, ir.BlockArgument) and rhs.owner == cond:
-            lhs, rhs, direction = rhs, lhs, _SWAPPED[direction]
-        if isinstance(lhs, ir.BlockArgument) and lhs.owner == cond:
-            k = lhs.arg_number
-            start, bound = _scalar_constant(op.operands[k]), _scalar_constant(rhs)
-            step = _step(body, k)
-            if None not in (start, bound, step) and step != 0:
-                n = _count(start, bound, step, direction)
-                if n is not None:
-                    return n
-    raise DynamicTripCountError(
-        f"stablehlo.while at {op.location} has a data-dependent trip count: reverse mode needs a "
-        "loop counted from a constant, compared with a constant bound and stepped by a constant "
-        "(lax.fori_loop / lax.scan); rewrite it with a static trip count")
+    if cmp is None or cmp.name != "stablehlo.compare":
+        return None
+    lhs, rhs = (_skip_identity(v) for v in cmp.operands)
+    direction = hlo.read_direction(cmp)
+    if direction not in _SWAPPED:
+        return None
+
+    def stepped(v: ir.Value) -> bool:
+        return isinstance(v, ir.BlockArgument) and v.owner == cond and _step(op, v.arg_number) is not None
+    if not stepped(lhs) and stepped(rhs):  # bound < counter
+        lhs, rhs, direction = rhs, lhs, _SWAPPED[direction]
+    if not stepped(lhs):
+        return None
+    return lhs.arg_number, rhs, direction
 
 
-def _step(body: ir.Block, k: int) -> int | None:
+def trip_count(op: ir.Operation) -> int | None:
+    """n for a counted loop (carry i starts at a constant, the condition compares i with a
+    constant (LT, LE, GT, GE or NE), and the body returns i + constant step); None for a
+    loop whose trip count is only known when it runs."""
+    test = _counter_test(op)
+    if test is None:
+        return None
+    k, bound, direction = test
+    start, bound, step = _scalar_constant(op.operands[k]), _scalar_constant(bound), _step(op, k)
+    if None in (start, bound, step) or step == 0:
+        return None
+    return _count(start, bound, step, direction)
+
+
+def _invariant(op: ir.Operation, v: ir.Value) -> ir.Value | None:
+    """``v`` (read by ``op``'s condition) as a value defined before ``op``: itself when it is
+    defined outside the loop, the initial value of a carry the body never changes; None when
+    it changes from one iteration to the next."""
+    cond = op.regions[0].blocks[0]
+    if isinstance(v, ir.BlockArgument):
+        if v.owner == cond:
+            return op.operands[v.arg_number] if v.arg_number not in _varying(op) else None
+        return v  # an argument of a block around the loop
+    return None if _inside(v.owner.operation, op) else v
+
+
+def _symbolic_count(op: ir.Operation) -> ir.Value | None:
+    """The trip count as a scalar i32 computed before the loop, for an integer counter
+    stepped by a constant and compared with a bound the loop does not change (a bound held
+    in an argument, the reverse loops this pass builds): ``max(0, ceil((bound - start) /
+    step))``. None for any other loop."""
+    test = _counter_test(op)
+    if test is None:
+        return None
+    k, bound, direction = test
+    step, bound = _step(op, k), _invariant(op, bound)
+    counter = op.operands[k]
+    if bound is None or not isinstance(step, int) or step == 0 or shape(counter) != () or is_float(counter) \
+            or ir.IntegerType(elem(counter)).width == 1:
+        return None
+    if direction in ("LT", "LE") and step > 0 or direction in ("GT", "GE") and step < 0:
+        i64 = ir.IntegerType.get_signless(64)
+        start, end = hlo.convert(counter, i64), hlo.convert(bound, i64)
+        distance = hlo.subtract(end, start) if step > 0 else hlo.subtract(start, end)
+        if direction in ("LE", "GE"):
+            distance = hlo.add(distance, hlo.like(1, distance))
+        stride = abs(step)
+        n = hlo.divide(hlo.add(distance, hlo.like(stride - 1, distance)), hlo.like(stride, distance))
+        return hlo.convert(hlo.binary("stablehlo.maximum", n, hlo.like(0, n)), elem(_scalar(0)))
+    return None
+
+
+def _step(op: ir.Operation, k: int) -> int | None:
+    """The constant the body adds to carry k at every iteration (None if it does not)."""
+    body = op.regions[1].blocks[0]
     nxt = _skip_identity(list(body.operations)[-1].operation.operands[k])
     if not isinstance(nxt, ir.OpResult) or nxt.owner.name != "stablehlo.add":
         return None
@@ -208,33 +278,98 @@ def _varying(op: ir.Operation) -> list[int]:
     return [k for k, v in enumerate(returned) if _skip_identity(v) != body.arguments[k]]
 
 
-def _tape_type(v: ir.Value, n: int) -> ir.Type:
-    return tensor_type([n, *shape(v)], elem(v))
+# A trip count: an int when the loop is counted, else the scalar i32 a counting run returned.
+Count = int | ir.Value
 
 
-def _record(op: ir.Operation, keep: list[int], residuals: list[tuple[int, int]], n: int) -> list[ir.Value]:
-    """A copy of ``op`` that also stacks carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``
-    and result j of the body's i-th op ((i, j) in ``residuals``) as ``tape[t]``. It takes the
-    place of ``op`` (built before it, it replaces its results), so the forward loop runs once."""
+def _count_value(n: Count) -> ir.Value:
+    return n if isinstance(n, ir.Value) else _scalar(n)
+
+
+def _tape(v: ir.Value, n: Count) -> ir.Value:
+    """Zeros for ``n`` rows shaped like ``v``: a static tape, or one sized at run time."""
+    if isinstance(n, int):
+        return hlo.zeros(tensor_type([n, *shape(v)], elem(v)))
+    return hlo.dynamic_splat(0, [n, *shape(v)], elem(v))
+
+
+def _own_counter(op: ir.Operation) -> int | None:
+    """A carry of ``op``'s that counts its iterations: an i32 scalar that starts at a constant
+    and steps by 1 (None if there is none)."""
+    i32 = elem(_scalar(0))
+    return next((k for k, step in _counters(op, _varying(op)).items()
+                 if step == 1 and elem(op.operands[k]) == i32 and _constant_int(op.operands[k]) is not None), None)
+
+
+def _counted(op: ir.Operation) -> ir.Value:
+    """The iteration count of ``op``, from a copy of it that takes its place (its results are
+    the forward's) and counts its iterations: on a counter of the loop's own where it has
+    one (a gradient's counting run, differentiated again), else on one more carry (IREE 3.13
+    fails at run time on loops that carry two equal counters)."""
+    own = _own_counter(op)
+    extra = [] if own is not None else [_scalar(0)]
     m = len(op.operands)
-    body_ops = list(op.regions[1].blocks[0].operations)
-    stacked = [op.operands[k] for k in keep] + [body_ops[i].results[j] for i, j in residuals]
-    tapes = [hlo.zeros(_tape_type(v, n)) for v in stacked]
-    loop, cond, body = hlo.while_([*op.operands, *tapes, _scalar(0)])
+    loop, cond, body = hlo.while_([*op.operands, *extra])
     with ir.InsertionPoint(cond):
         hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
     with ir.InsertionPoint(body):
         args = list(body.arguments)
-        t, zero = args[-1], _scalar(0)
+        outs = inline_region(op, 1, args[:m])
+        hlo.return_([*outs, *[hlo.add(args[-1], _scalar(1)) for _ in extra]], "stablehlo.return")
+    for old, new in zip(op.results, loop.results):
+        old.replace_all_uses_with(new)
+    if own is None:
+        return loop.results[m]
+    return hlo.subtract(loop.results[own], op.operands[own])
+
+
+def _counters(op: ir.Operation, varying: list[int]) -> dict[int, int]:
+    """Integer scalar carries stepped by a constant (k: step): carry k at iteration t is
+    ``init + t * step``, recomputed in the reverse loop instead of recorded (a recorded
+    index would also make IREE read it back to the host at every step)."""
+    out = {}
+    for k in varying:
+        v = op.operands[k]
+        if shape(v) == () and not is_float(v) and ir.IntegerType(elem(v)).width > 1:
+            step = _step(op, k)
+            if isinstance(step, int):
+                out[k] = step
+    return out
+
+
+def _record(op: ir.Operation, keep: list[int], residuals: list[tuple[int, int]], n: Count,
+            counters: dict[int, int]) -> list[ir.Value]:
+    """A copy of ``op`` that also stacks carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``
+    and result j of the body's i-th op ((i, j) in ``residuals``) as ``tape[t]``. It takes the
+    place of ``op`` (built before it, it replaces its results), so the forward loop runs once.
+    With a run-time count ``n`` it runs exactly ``n`` iterations (``t < n``). The row ``t`` is
+    read off a counter of the loop's own that starts at a constant and steps by 1 where
+    there is one: IREE 3.13 keeps such a counter on the host, but a second one (the same
+    values) on the device, and reads it back at every step."""
+    m = len(op.operands)
+    body_ops = list(op.regions[1].blocks[0].operations)
+    stacked = [op.operands[k] for k in keep] + [body_ops[i].results[j] for i, j in residuals]
+    own = _own_counter(op)
+    step = [] if own is not None and isinstance(n, int) else [_scalar(0)]
+    loop, cond, body = hlo.while_([*op.operands, *[_tape(v, n) for v in stacked], *step])
+    with ir.InsertionPoint(cond):
+        if isinstance(n, int):
+            hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
+        else:
+            hlo.return_([hlo.compare(cond.arguments[-1], n, "LT")], "stablehlo.return")
+    with ir.InsertionPoint(body):
+        args = list(body.arguments)
+        zero = _scalar(0)
+        t = args[-1] if step else hlo.subtract(args[own], _scalar(_constant_int(op.operands[own])))
         copied: list[ir.Operation] = []
         outs = inline_region(op, 1, args[:m], copied)
         values = [args[k] for k in keep] + [copied[i].results[j] for i, j in residuals]
         recorded = [hlo.dynamic_update_slice(tape, hlo.reshape(v, [1, *shape(v)]), [t] + [zero] * len(shape(v)))
-                    for tape, v in zip(args[m:-1], values)]
-        hlo.return_([*outs, *recorded, hlo.add(t, _scalar(1))], "stablehlo.return")
+                    for tape, v in zip(args[m:m + len(values)], values)]
+        hlo.return_([*outs, *recorded, *[hlo.add(t, _scalar(1)) for _ in step]], "stablehlo.return")
     for old, new in zip(op.results, loop.results):
         old.replace_all_uses_with(new)
-    return list(loop.results)[m:-1]
+    return list(loop.results)[m:m + len(stacked)]
 
 
 def _top(o: ir.Operation, block: ir.Block) -> ir.Operation:
@@ -289,29 +424,199 @@ def _read(block: ir.Block, values: Sequence[ir.Value]) -> list[bool]:
     return [v in seen for v in values]
 
 
-def _reverse_loop(op, cts, n, tapes, floats, wrt):
+def _reverse_loop(op, cts, n: Count, tapes: dict, counters: dict, floats, wrt):
     """The reverse loop over t = n-1 .. 0; returns (loop, its body, the carries it recomputes
     from, the recomputed forward ops, t)."""
     m = len(op.operands)
-    seeds = [cts[k] if cts[k] is not None else hlo.zeros(op.operands[k].type) for k in floats]
-    loop, cond, body = hlo.while_([_scalar(0), *seeds, *[hlo.zeros(v.type) for v in wrt]])
+    seeds = [cts[k] if cts[k] is not None else hlo.zeros_like(op.operands[k]) for k in floats]
+    loop, cond, body = hlo.while_([_scalar(0), *seeds, *[hlo.zeros_like(v) for v in wrt]])
     with ir.InsertionPoint(cond):
-        hlo.return_([hlo.compare(cond.arguments[0], _scalar(n), "LT")], "stablehlo.return")
+        hlo.return_([hlo.compare(cond.arguments[0], _count_value(n), "LT")], "stablehlo.return")
     with ir.InsertionPoint(body):
         j, *state = body.arguments
         ct, acc = state[:len(floats)], state[len(floats):]
-        t, zero = hlo.subtract(_scalar(n - 1), j), _scalar(0)
-        carries = [hlo.reshape(hlo.dynamic_slice(tapes[k], [t] + [zero] * len(shape(v)), [1, *shape(v)]), shape(v))
-                   if k in tapes else hlo.identity(v) for k, v in enumerate(op.operands)]
+        last = _scalar(n - 1) if isinstance(n, int) else hlo.subtract(n, _scalar(1))
+        t, zero = hlo.subtract(last, j), _scalar(0)
+
+        def carry(k: int, v: ir.Value) -> ir.Value:
+            if k in tapes:
+                return hlo.reshape(hlo.dynamic_slice(tapes[k], [t] + [zero] * len(shape(v)), [1, *shape(v)]), shape(v))
+            if k in counters:
+                step = hlo.convert(t, elem(v))
+                return hlo.add(v, hlo.multiply(step, hlo.splat(counters[k], step.type)))
+            return hlo.identity(v)
+        carries = [carry(k, v) for k, v in enumerate(op.operands)]
         recomputed: list[ir.Operation] = []
         outs = inline_region(op, 1, carries, recomputed)
         seed_of = dict(zip(floats, ct))
         grads = backprop(outs, [seed_of.get(k) for k in range(m)], [carries[k] for k in floats] + wrt,
                          allow=_in_block(body))
-        grads = [g if g is not None else hlo.zeros(v.type) for g, v in zip(grads, ct + acc)]
+        grads = [g if g is not None else hlo.zeros_like(v) for g, v in zip(grads, ct + acc)]
         new_acc = [hlo.accumulate(a, g) for a, g in zip(acc, grads[len(floats):])]
         hlo.return_([hlo.add(j, _scalar(1)), *grads[:len(floats)], *new_acc], "stablehlo.return")
     return loop, body, carries, recomputed, t
+
+
+def _outside(v: ir.Value, loop: ir.Operation) -> ir.Value | None:
+    """``v`` as a value defined outside ``loop`` (looking through same-type reshapes made
+    inside it), or None."""
+    v = _skip_identity(v)
+    owner = v.owner if isinstance(v, ir.OpResult) else v.owner.owner  # a block argument's op
+    return None if _inside(owner.operation, loop) else v
+
+
+def _is_row(index: ir.Value, t: ir.Value) -> bool:
+    """Whether ``index`` is ``t`` (also as ``0 + t * 1``, a counter recomputed from t)."""
+    while index != t and isinstance(index, ir.OpResult) and index.owner.name in ("stablehlo.add", "stablehlo.multiply"):
+        a, b = index.owner.operands
+        unit = 0 if index.owner.name == "stablehlo.add" else 1
+        index = b if _constant_int(a) == unit else a if _constant_int(b) == unit else None
+        if index is None:
+            return False
+    return index == t
+
+
+def _stacked(v: ir.Value, t: ir.Value, loop: ir.Operation) -> ir.Value | None:
+    """The array defined outside ``loop`` whose row ``t`` ``v`` is (``reshape(dynamic_slice(
+    x, [t, 0, ...], [1, ...]))``: a tape, a scan's input), or None."""
+    if not (isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape"):
+        return None
+    s = v.owner.operands[0]
+    if not (isinstance(s, ir.OpResult) and s.owner.name == "stablehlo.dynamic_slice"):
+        return None
+    x, first, *rest = s.owner.operands
+    whole = _outside(x, loop)
+    if whole is None or not _is_row(first, t) or any(_constant_int(i) != 0 for i in rest) \
+            or list(shape(s)) != [1, *shape(x)[1:]]:
+        return None
+    return whole
+
+
+def _through_reshapes(v: ir.Value) -> ir.Value:
+    """The value a chain of reshapes ending in ``v`` starts from."""
+    while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
+        v = v.owner.operands[0]
+    return v
+
+
+def _accumulated(r: ir.Value, acc: ir.Value, t: ir.Value) -> tuple[ir.Operation, bool] | None:
+    """(the dot_general, row-wise) when ``r`` is ``acc + dot_general(...)`` or, row-wise,
+    ``acc`` with ``dot_general(...)`` added into its row ``t`` (how a scan's input gets its
+    cotangent, see ``hlo.accumulate``)."""
+    if not isinstance(r, ir.OpResult):
+        return None
+    o = r.owner.operation
+    if o.name == "stablehlo.add" and acc in o.operands:
+        g = _through_reshapes(o.operands[1] if o.operands[0] == acc else o.operands[0])
+        rowwise = False
+    elif o.name == "stablehlo.dynamic_update_slice" and o.operands[0] == acc and _is_row(o.operands[2], t) \
+            and all(_constant_int(i) == 0 for i in list(o.operands)[3:]):
+        added = o.operands[1]
+        if not (isinstance(added, ir.OpResult) and added.owner.name == "stablehlo.add"):
+            return None
+        a, b = added.owner.operands
+
+        def reads_row(v: ir.Value) -> bool:  # dynamic_slice(acc, the row's starts)
+            return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.dynamic_slice" \
+                and v.owner.operands[0] == acc and list(v.owner.operands)[1:] == list(o.operands)[2:]
+        if not (reads_row(a) or reads_row(b)):
+            return None
+        g, rowwise = _through_reshapes(b if reads_row(a) else a), True
+    else:
+        return None
+    # The dot may have other uses: they keep it in the loop; only its accumulation moves out.
+    if not (isinstance(g, ir.OpResult) and g.owner.name == "stablehlo.dot_general"):
+        return None
+    return g.owner.operation, rowwise
+
+
+def _summed(dot: ir.Operation, full: list[ir.Value], varying: list[bool], rowwise: bool) -> ir.Value:
+    """``Σ_t dot(a_t, b_t)`` from the stacked operands (``full``, step first where
+    ``varying``); row-wise: the stack of ``dot(a_t, b_t)`` (step first)."""
+    lb, rb, lc, rc = dot_dimensions(dot)
+    element = elem(dot.results[0])
+    if all(varying):
+        up = [[d + 1 for d in dims] for dims in (lb, rb, lc, rc)]
+        if rowwise:  # the step is one more batch dimension, first in the result
+            return hlo.dot_general(full[0], full[1], [0, *up[0]], [0, *up[1]], up[2], up[3], element)
+        return hlo.dot_general(full[0], full[1], up[0], up[1], [0, *up[2]], [0, *up[3]], element)
+    if not rowwise:
+        full = [hlo.reduce_sum(f, [0]) if v else f for f, v in zip(full, varying)]
+        return hlo.dot_general(full[0], full[1], lb, rb, lc, rc, element)
+    # One operand stacked: the step is one of its free dimensions; move it first.
+    shifted = [[[d + 1 for d in dims] for dims in pair] if v else pair
+               for pair, v in zip(((lb, lc), (rb, rc)), varying)]
+    out = hlo.dot_general(full[0], full[1], shifted[0][0], shifted[1][0], shifted[0][1], shifted[1][1], element)
+    lfree = len(shape(full[0])) - len(lb) - len(lc)
+    at = len(lb) + (0 if varying[0] else lfree)
+    rank = len(shape(out))
+    return hlo.transpose(out, [at, *[d for d in range(rank) if d != at]])
+
+
+def _hoisted(loop: ir.Operation, t: ir.Value, n: Count, accumulators: Sequence[int]) -> list[ir.Value]:
+    """``loop``'s results, with its accumulations of contractions moved after it.
+
+    The reverse loop adds ``dot_general(a_t, b_t)`` to a captured value's cotangent at every
+    step (the weight gradients of a recurrent cell: ``x_tᵀ g_t``, ``h_tᵀ g_t``, ``Σ g_t``).
+    Small products one step at a time cost a dispatch each; the sum over the steps is one
+    contraction over the stacked operands, with the step as one more contracting dimension.
+    An operand that is row ``t`` of an array outside the loop (a tape, a scan's input) is
+    read whole from it, one computed in the step is stacked by a new carry, one that does
+    not change is contracted with the stack of the other summed over the steps."""
+    if not isinstance(n, int):  # IREE 3.13 cannot lower a contraction over a run-time size
+        return list(loop.results)
+    body = loop.regions[1].blocks[0]
+    returned = list(body.operations)[-1].operation.operands
+    plan = []  # (carry, dot op, [(operand, kind, outside array)], row-wise)
+    for p in accumulators:
+        term = _accumulated(returned[p], body.arguments[p], t)
+        if term is None or t.owner.operation.block != body:
+            continue
+        dot, rowwise = term
+        sides = []
+        for v in dot.operands:
+            fixed, rows = _outside(v, loop), _stacked(v, t, loop)
+            if fixed is None and isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant":
+                fixed = v  # made in the step (an adjoint's ones): cloned after the loop
+            sides.append((v, "fixed", fixed) if fixed is not None else
+                         (v, "stacked", rows) if rows is not None else (v, "record", None))
+        if all(kind == "fixed" for _, kind, _ in sides) or rowwise and shape(body.arguments[p])[0] != n:
+            continue
+        plan.append((p, dot, sides, rowwise))
+    if not plan:
+        return list(loop.results)
+    records = list(dict.fromkeys(v for _, _, sides, _ in plan for v, kind, _ in sides if kind == "record"))
+    m = len(loop.operands)
+    with ir.InsertionPoint(loop), loop.location:
+        new, cond, new_body = hlo.while_([*loop.operands, *[_tape(v, n) for v in records]])
+        with ir.InsertionPoint(cond):
+            hlo.return_(inline_region(loop, 0, list(cond.arguments)[:m]), "stablehlo.return")
+        with ir.InsertionPoint(new_body):
+            args = list(new_body.arguments)
+            copied: list[ir.Operation] = []
+            outs = inline_region(loop, 1, args[:m], copied)
+            old_ops = [o.operation for o in body.operations][:-1]
+            image = {r: c for o, co in zip(old_ops, copied) for r, c in zip(o.results, co.results)}
+            image.update(zip(body.arguments, args[:m]))
+            row, zero = image[t], _scalar(0)
+            for p, *_ in plan:
+                outs[p] = args[p]
+            stacked = [hlo.dynamic_update_slice(tape, hlo.reshape(image[v], [1, *shape(v)]),
+                                                [row] + [zero] * len(shape(v))) for tape, v in zip(args[m:], records)]
+            hlo.return_([*outs, *stacked], "stablehlo.return")
+        results = list(new.results)[:m]
+        whole_of = dict(zip(records, list(new.results)[m:]))
+        for p, dot, sides, rowwise in plan:
+            full = [whole_of[v] if kind == "record" else
+                    whole.owner.operation.clone().results[0]
+                    if isinstance(whole, ir.OpResult) and _inside(whole.owner.operation, loop) else whole
+                    for v, kind, whole in sides]
+            total = _summed(dot, full, [kind != "fixed" for _, kind, _ in sides], rowwise)
+            results[p] = hlo.add(results[p], hlo.reshape(total, shape(results[p])))
+    for old, value in zip(loop.results, results):
+        old.replace_all_uses_with(value)
+    discard(loop)
+    return results
 
 
 def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
@@ -337,14 +642,32 @@ def _while(op, cts):
     m = len(op.operands)
     captured = captured_values(op)
     floats = [k for k in range(m) if is_float(op.operands[k])]
-    wrt = [v for v in captured if is_float(v)]
+    wrt = _differentiable(captured)
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
-    if unroll_loop(n, len(op.regions[1].blocks[0].operations)):
+    if n is not None and unroll_loop(n, len(op.regions[1].blocks[0].operations)):
         return _unrolled(op, cts, n, captured)
+    if n is None:
+        # A trip count known only when the loop runs: computed before it from a bound the loop
+        # does not change, or else counted by a first run that also gives the forward results;
+        # the tapes are that long (see the module doc).
+        with ir.InsertionPoint(op), op.location:
+            n = _symbolic_count(op)
+            if n is None:
+                n = _counted(op)
+    varying = _varying(op)
+    counters = _counters(op, varying)
+    # A carry whose shape is only known at run time (a tape of a data-dependent loop, when a
+    # gradient is differentiated again) cannot be stacked; the adjoints of the ops that write
+    # tapes (dynamic_update_slice) are linear and never read it.
+    unstacked = [k for k in varying if not hlo.is_static(op.operands[k])]
     # Build the reverse loop on placeholder tapes, then record only the carries it reads.
-    tapes = {k: hlo.zeros(_tape_type(op.operands[k], n)) for k in _varying(op)}
-    loop, body, carries, recomputed, t = _reverse_loop(op, cts, n, tapes, floats, wrt)
+    tapes = {k: _tape(op.operands[k], n) for k in varying if k not in counters and k not in unstacked}
+    loop, body, carries, recomputed, t = _reverse_loop(op, cts, n, tapes, counters, floats, wrt)
+    for k, read in zip(unstacked, _read(body, [carries[k] for k in unstacked])):
+        if read:
+            raise missing(op, f" (its adjoint reads loop carry #{k}, of run-time shape {op.operands[k].type}, "
+                              "at every iteration: such a carry cannot be recorded)")
     # The forward values the adjoint reads are recorded too (JAX's residuals) where recomputing
     # them is not elementwise work (see _RECOMPUTED): the reverse body reads them from tapes
     # and the recomputation it no longer needs is dead.
@@ -352,17 +675,19 @@ def _while(op, cts):
     placeholders = []
     with ir.InsertionPoint(recomputed[0] if recomputed else list(body.operations)[-1]):
         for _, _, r in residuals:
-            tape = hlo.zeros(_tape_type(r, n))
+            tape = _tape(r, n)
             placeholders.append(tape)
             read = hlo.reshape(hlo.dynamic_slice(tape, [t] + [_scalar(0)] * len(shape(r)), [1, *shape(r)]), shape(r))
             for use in list(r.uses):
                 use.owner.operands[use.operand_number] = read
     keep = [k for k, read in zip(tapes, _read(body, [carries[k] for k in tapes])) if read]
-    with ir.InsertionPoint(op):
-        recorded = _record(op, keep, [(i, j) for i, j, _ in residuals], n)
+    with ir.InsertionPoint(op), op.location:
+        recorded = _record(op, keep, [(i, j) for i, j, _ in residuals], n, counters)
     for placeholder, tape in zip([tapes[k] for k in keep] + placeholders, recorded):
         placeholder.replace_all_uses_with(tape)
-    results = list(loop.results)[1:]
+    accumulators = [1 + i for i, k in enumerate(floats) if k not in varying] + \
+        list(range(1 + len(floats), 1 + len(floats) + len(wrt)))
+    results = _hoisted(loop, t, n, accumulators)[1:]
     d_carry = dict(zip(floats, results[:len(floats)]))
     d_captured = dict(zip(wrt, results[len(floats):]))
     return (*[d_carry.get(k) for k in range(m)], *[d_captured.get(v) for v in captured])
@@ -410,7 +735,7 @@ def _while_tangent(op, ts):
     captured = dict(zip(op_inputs(op)[m:], ts[m:]))
     t_captured = {v: t for v, t in captured.items() if t is not None}
     floats = [k for k in range(m) if is_float(op.operands[k])]
-    init = [*op.operands, *[ts[k] if ts[k] is not None else hlo.zeros(op.operands[k].type) for k in floats]]
+    init = [*op.operands, *[ts[k] if ts[k] is not None else hlo.zeros_like(op.operands[k]) for k in floats]]
     loop, cond, body = hlo.while_(init)
     with ir.InsertionPoint(cond):
         hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
@@ -418,7 +743,7 @@ def _while_tangent(op, ts):
         args = list(body.arguments)
         targs = dict(zip(floats, args[m:]))
         outs, touts = _region_tangents(op, 1, args[:m], [targs.get(k) for k in range(m)], t_captured)
-        touts = [touts[k] if touts[k] is not None else hlo.zeros(outs[k].type) for k in floats]
+        touts = [touts[k] if touts[k] is not None else hlo.zeros_like(outs[k]) for k in floats]
         hlo.return_([*outs, *touts], "stablehlo.return")
     return _replacing(op, loop, floats)
 
@@ -432,7 +757,7 @@ def _branch_tangents(op, ts, make) -> Replaced:
     for k, block in enumerate(blocks):
         with ir.InsertionPoint(block):
             outs, touts = _region_tangents(op, k, [], [], t_captured)
-            touts = [touts[j] if touts[j] is not None else hlo.zeros(outs[j].type) for j in floats]
+            touts = [touts[j] if touts[j] is not None else hlo.zeros_like(outs[j]) for j in floats]
             hlo.return_([*outs, *touts], "stablehlo.return")
     isolate(new)
     return _replacing(op, new, floats)

@@ -7,6 +7,8 @@ computed here from the operand types; callers that want user-facing errors
 """
 from __future__ import annotations
 
+import itertools
+
 import re
 from functools import cache
 from collections.abc import Sequence
@@ -108,7 +110,9 @@ def splat(value: float | int | bool, type_: ir.Type) -> Value:
 
 
 def is_zero_constant(v: Value) -> bool:
-    """Whether ``v`` is a splat zero ``stablehlo.constant``."""
+    """Whether ``v`` is a splat zero ``stablehlo.constant`` (or zeros of a run-time shape)."""
+    if isinstance(v, ir.OpResult) and v.owner.operation.name == "stablehlo.dynamic_broadcast_in_dim":
+        v = v.owner.operation.operands[0]
     if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.constant":
         return False
     dense = ir.DenseElementsAttr(v.owner.operation.attributes["value"])
@@ -128,6 +132,55 @@ def zeros(type_: ir.Type) -> Value:
 
 def ones(type_: ir.Type) -> Value:
     return splat(1, type_)
+
+
+DYNAMIC = ir.ShapedType.get_dynamic_size()
+
+
+def is_static(v: Value) -> bool:
+    return all(d != DYNAMIC for d in shape(v))
+
+
+def dimension_size(x: Value, dimension: int) -> Value:
+    """``stablehlo.get_dimension_size``: a dimension's run-time size, a scalar i32."""
+    return _create("stablehlo.get_dimension_size", [tensor_type([], ir.IntegerType.get_signless(32))], [x],
+                   {"dimension": i64(dimension)}).result
+
+
+_DISTINCT = itertools.count(1)
+
+
+def dynamic_splat(value: float | int, dims: Sequence[int | Value], element: ir.Type) -> Value:
+    """``value`` everywhere in a shape whose sizes are ints or scalar i32 values known only at
+    run time: a ``dynamic_broadcast_in_dim`` (the dimensions given as values are dynamic in
+    its type).
+
+    Each call makes a tensor no other call's can be merged with: a run-time size ``d`` enters
+    as ``select(d < 0, -k, d)`` (= ``d``) with ``k`` unique to the call. These tensors start
+    the loop carries that tapes and accumulators are written into in place, and IREE 3.13
+    lets two loops (or two carries) that start from one such tensor share its buffer: the
+    writes of one land in the other (wrong numbers, or an out-of-range access at run time)."""
+    i64_type = ir.IntegerType.get_signless(64)
+    parts = []
+    for d in dims:
+        if isinstance(d, Value):
+            tag = splat(-(next(_DISTINCT) % (1 << 30)) - 1, d.type)
+            d = select(compare(d, splat(0, d.type), "LT"), tag, d)
+            parts.append(convert(reshape(d, [1]), i64_type))
+        else:
+            parts.append(splat(d, tensor_type([1], i64_type)))
+    extent = concatenate(parts, 0) if len(parts) > 1 else parts[0]
+    out = tensor_type([DYNAMIC if isinstance(d, Value) else d for d in dims], element)
+    fill = splat(value, tensor_type([], element))
+    return _create("stablehlo.dynamic_broadcast_in_dim", [out], [fill, extent],
+                   {"broadcast_dimensions": i64_array([])}).result
+
+
+def zeros_like(v: Value) -> Value:
+    """Zeros of ``v``'s type, also where its shape is only known at run time."""
+    if is_static(v):
+        return zeros(v.type)
+    return dynamic_splat(0, [dimension_size(v, d) if s == DYNAMIC else s for d, s in enumerate(shape(v))], elem(v))
 
 
 def constant(array: np.ndarray, dtype: str) -> Value:
@@ -236,8 +289,9 @@ def broadcast_in_dim(x: Value, shape_: Sequence[int], dims: Sequence[int]) -> Va
 
 
 def identity(x: Value) -> Value:
-    """A distinct value equal to ``x`` (a same-shape reshape; canonicalization removes it)."""
-    return _create("stablehlo.reshape", [x.type], [x]).result
+    """A distinct value equal to ``x`` (a same-shape reshape, or a same-type convert for a
+    run-time shape, which reshape does not take; canonicalization removes either)."""
+    return _create("stablehlo.reshape" if is_static(x) else "stablehlo.convert", [x.type], [x]).result
 
 
 def reshape(x: Value, shape_: Sequence[int]) -> Value:

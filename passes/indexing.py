@@ -141,7 +141,7 @@ def _scatter(op, cts):
 def _dynamic_slice(op, cts):
     """d x = dynamic_update_slice(zeros, ct, starts)"""
     x, *starts = op.operands
-    return (hlo.dynamic_update_slice(hlo.zeros(x.type), cts[0], starts), *[None] * len(starts))
+    return (hlo.dynamic_update_slice(hlo.zeros_like(x), cts[0], starts), *[None] * len(starts))
 
 
 @adjoint("stablehlo.dynamic_update_slice")
@@ -149,8 +149,9 @@ def _dynamic_update_slice(op, cts):
     """d x = dynamic_update_slice(ct, zeros, starts); d update = dynamic_slice(ct, starts)"""
     (ct,) = cts
     x, update, *starts = op.operands
+    d_update = hlo.dynamic_slice(ct, starts, shape(update))  # read before ct's window is zeroed
     dx = hlo.dynamic_update_slice(ct, hlo.zeros(update.type), starts)
-    return (dx, hlo.dynamic_slice(ct, starts, shape(update)), *[None] * len(starts))
+    return (dx, d_update, *[None] * len(starts))
 
 
 # ----- selections: sort, top_k, argmax-style reduce --------------------------------------

@@ -12,6 +12,17 @@
   ../shared/repro/iree313_vector_contract_reduce.mlir). The operand is reshaped
   to one dimension first: the same reduction, which IREE compiles.
 
+* A scalar integer ``stablehlo.convert`` to float64 (a loop counter made a float inside a
+  loop, where IREE runs scalars on the host): the VM has no integer-to-f64 conversion
+  ("failed to legalize operation 'arith.sitofp'", with or without its f64 extension),
+  but converts through float32. Integers of up to 16 bits go through float32 exactly;
+  32-bit ones as two 16-bit halves, ``f64(x >> 16) * 65536 + f64(x & 0xFFFF)``, exact.
+
+* ``stablehlo.dynamic_update_slice`` of an operand with a run-time size (the tape of a
+  loop whose trip count is data-dependent): IREE 3.13 fails to legalize it ("failed to
+  legalize operation 'stablehlo.dynamic_update_slice'"). It becomes the ``scatter`` that
+  writes the same window, its starts clamped as ``dynamic_update_slice`` clamps them.
+
 And two rewrites for speed (the measurements are in ``choices.py``):
 
 * ``stablehlo.convolution`` becomes window patches and a ``dot_general`` where
@@ -31,7 +42,7 @@ import math
 from ..boundary import respell_foreign
 from . import choices, hlo
 from .convolution import lower_convolution
-from .mlir import elem, ir, is_float, parse_module, shape, tensor_type
+from .mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
 
 
 def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
@@ -41,10 +52,30 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
                 inner = inner.operation
                 if inner.name == "stablehlo.power" and is_float(inner.results[0]) \
                         or inner.name == "stablehlo.convolution" or _reduces_everything(inner) \
-                        or inner.name == "stablehlo.dot_general" and _wider(inner):
+                        or inner.name == "stablehlo.dot_general" and _wider(inner) \
+                        or inner.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(inner.operands[0]) \
+                        or _host_int_to_f64(inner):
                     out.append(inner)
                 if len(inner.regions):
                     _candidates(inner, out)
+
+
+def _host_int_to_f64(op: ir.Operation) -> bool:
+    if op.name != "stablehlo.convert" or shape(op.results[0]) or str(elem(op.results[0])) != "f64":
+        return False
+    source = elem(op.operands[0])
+    return is_integer_type(source) and ir.IntegerType(source).width <= 32
+
+
+def _int_to_f64_through_f32(x: ir.Value) -> ir.Value:
+    f32, f64 = ir.F32Type.get(), ir.F64Type.get()
+    if ir.IntegerType(elem(x)).width <= 16:
+        return hlo.convert(hlo.convert(x, f32), f64)
+    unsigned = ir.IntegerType(elem(x)).is_unsigned
+    high = hlo.binary(f"stablehlo.shift_right_{'logical' if unsigned else 'arithmetic'}", x, hlo.like(16, x))
+    low = hlo.binary("stablehlo.and", x, hlo.like(0xFFFF, x))
+    wide = [hlo.convert(hlo.convert(h, f32), f64) for h in (high, low)]
+    return hlo.add(hlo.multiply(wide[0], hlo.like(65536.0, wide[0])), wide[1])
 
 
 def _reduces_everything(op: ir.Operation) -> bool:
@@ -101,6 +132,26 @@ def _widened(op: ir.Operation, width: int) -> ir.Value:
     return hlo.slice(wide, [0] * len(out), list(out), [1] * len(out))
 
 
+def _update_by_scatter(op: ir.Operation) -> ir.Value:
+    """``dynamic_update_slice(x, u, starts)`` as a scatter of the window ``u`` at the starts
+    clamped to ``[0, dim(x) - dim(u)]``. A dimension the window spans whole needs no start
+    (its clamped start is 0), and IREE's scatter only lowers with the others indexed."""
+    x, update, *starts = op.operands
+    i32 = ir.IntegerType.get_signless(32)
+    indexed = [d for d, (full, size) in enumerate(zip(shape(x), shape(update))) if full != size]
+    clamped = []
+    for d in indexed:
+        start = hlo.convert(starts[d], i32)
+        room = hlo.subtract(hlo.dimension_size(x, d), hlo.splat(shape(update)[d], start.type))
+        clamped.append(hlo.reshape(hlo.clamp(hlo.splat(0, start.type), start, room), [1]))
+    rank = len(shape(update))
+    # One scatter index (a batch of 1): the form IREE's scatter lowering accepts.
+    indices = hlo.reshape(hlo.concatenate(clamped, 0) if len(clamped) > 1 else clamped[0], [1, len(clamped)])
+    dims = {"update_window_dims": list(range(1, rank + 1)), "inserted_window_dims": [],
+            "scatter_dims_to_operand_dims": indexed, "index_vector_dim": 1}
+    return hlo.scatter(x, indices, hlo.reshape(update, [1, *shape(update)]), dims, kind="replace")
+
+
 def _safe_power(x: ir.Value, y: ir.Value) -> ir.Value:
     t = x.type
     zero, one, two = hlo.splat(0, t), hlo.splat(1, t), hlo.splat(2, t)
@@ -128,6 +179,10 @@ def legalize_for_iree(module: ir.Module) -> int:
                 replacement = _safe_power(op.operands[0], op.operands[1])
             elif op.name == "stablehlo.dot_general":
                 replacement = _widened(op, _wider(op))
+            elif op.name == "stablehlo.dynamic_update_slice":
+                replacement = _update_by_scatter(op)
+            elif op.name == "stablehlo.convert":
+                replacement = _int_to_f64_through_f32(op.operands[0])
             else:
                 replacement = lower_convolution(op)
         if replacement is not None:
@@ -141,7 +196,8 @@ def legalize_text(text: str) -> str:
     """``legalize_for_iree`` on module text (returned unchanged when nothing applies)."""
     text = respell_foreign(text)
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
-                                         "stablehlo.dot_general")):
+                                         "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
+                                         "stablehlo.convert")):
         return text
     module = parse_module(text)
     if not legalize_for_iree(module):

@@ -151,3 +151,13 @@ composite_tangent(CUSTOM_GRADIENT)(by_transposition)
 def _decomposition_tangent(op, ts):
     """recompute the decomposition here and carry the tangents through it"""
     return jvp(_decomposition(op), list(op.operands), list(ts), in_place=in_place(), name=composite_name(op))
+
+
+def discard(op: ir.Operation) -> None:
+    """Erase ``op`` and, first, every op nested in it through its Python handle (the
+    bindings keep stale handles to nested ops otherwise)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in reversed([o.operation for o in block.operations]):
+                discard(inner)
+    op.erase()

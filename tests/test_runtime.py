@@ -367,6 +367,48 @@ def test_runtime_compile_applies_the_iree_workarounds():
     np.testing.assert_array_equal(np.asarray(out), [-8.0, 9.0, 1.0])
 
 
+def test_a_loop_counter_made_float64_on_the_host_compiles_exactly():
+    """A scalar int -> f64 convert that IREE places on the host (a counter of an outer loop
+    bounding an inner loop) has no VM lowering ('arith.sitofp'); passes/legalize.py converts
+    it through float32 (32-bit values in 16-bit halves), exactly."""
+    def program(ty: str) -> str:
+        return f"""func.func @main(%n: tensor<{ty}>) -> tensor<f64> {{
+          %c0 = stablehlo.constant dense<0> : tensor<i32>
+          %c1 = stablehlo.constant dense<1> : tensor<i32>
+          %c2 = stablehlo.constant dense<2> : tensor<i32>
+          %z = stablehlo.constant dense<0.0> : tensor<f64>
+          %r:2 = stablehlo.while(%k = %c0, %acc = %z) : tensor<i32>, tensor<f64>
+          cond {{
+            %p = stablehlo.compare LT, %k, %c2, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+            stablehlo.return %p : tensor<i1>
+          }} do {{
+            %kn = stablehlo.convert %k : (tensor<i32>) -> tensor<{ty}>
+            %nk = stablehlo.add %n, %kn : tensor<{ty}>
+            %f = stablehlo.convert %nk : (tensor<{ty}>) -> tensor<f64>
+            %in = stablehlo.while(%u = %acc) : tensor<f64>
+            cond {{
+              %q = stablehlo.compare LT, %u, %f, FLOAT : (tensor<f64>, tensor<f64>) -> tensor<i1>
+              stablehlo.return %q : tensor<i1>
+            }} do {{
+              stablehlo.return %f : tensor<f64>
+            }}
+            %s = stablehlo.add %in, %f : tensor<f64>
+            %k2 = stablehlo.add %k, %c1 : tensor<i32>
+            stablehlo.return %k2, %s : tensor<i32>, tensor<f64>
+          }}
+          return %r#1 : tensor<f64>
+        }}"""
+    for ty, dtype, values in (("i32", np.int32, [0, -1, 65535, -65537, 2**31 - 2, -2**31, 123456789]),
+                              ("i16", np.int16, [-32768, 32766])):
+        m = rt.load(rt.compile(program(ty), cache=False).vmfb)
+        for v in values:
+            acc = 0.0
+            for k in range(2):
+                f = float(v + k)
+                acc = (f if acc < f else acc) + f
+            assert float(m["main"](dtype(v))) == acc, (ty, v)
+
+
 @pytest.mark.parametrize("batch, m, n, k, is_float, width", [
     (1, 200, 200, 200, True, 256),    # +28 % work for a 2× faster kernel
     (1, 1000, 1000, 1000, True, 1024),

@@ -81,12 +81,6 @@ DIFFERS: dict[str, str] = {
     "gather_out_of_range_index":
         "TF (CPU) raises InvalidArgumentError 'indices[1] = 4 is not in [0, 4)'; irgrad clamps "
         "like StableHLO's gather (4 -> row 3, -1 -> row 0) and returns a value",
-    "while_loop_data_dependent":
-        "TF differentiates a while_loop whose trip count depends on the data (gradient [8, 8]); "
-        "irgrad raises DynamicTripCountError (reverse mode over stablehlo.while needs a static count)",
-    "while_trip_count_from_int_argument":
-        "a counted loop whose bound is an int32 argument: TF gives [3.1875, 33.0]; irgrad raises "
-        "DynamicTripCountError",
 }
 
 
