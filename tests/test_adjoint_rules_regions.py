@@ -664,6 +664,23 @@ def test_float_loop_with_a_data_dependent_count_is_differentiated():
     check_module(text, [np.array([0.3, -0.2, 0.1], np.float32)], eps=1e-3, rtol=2e-2, atol=1e-3)
 
 
+def test_a_carry_of_run_time_shape_whose_value_the_adjoint_reads_is_a_lookup_error_naming_the_loop():
+    """The one loop no formulation covers (README, "Loops"): it carries a tensor whose shape is
+    known only at run time and its adjoint needs that carry's value at every iteration."""
+    text = _f("%a: tensor<?xf64>, %n: tensor<i32>",
+              "%c0 = stablehlo.constant dense<0> : tensor<i32>\n"
+              "%c1 = stablehlo.constant dense<1> : tensor<i32>\n"
+              "%r:2 = stablehlo.while(%i = %c0, %x = %a) : tensor<i32>, tensor<?xf64>\n cond {\n"
+              "  %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+              "  stablehlo.return %p : tensor<i1>\n } do {\n  %y = stablehlo.sine %x : tensor<?xf64>\n"
+              "  %i2 = stablehlo.add %i, %c1 : tensor<i32>\n"
+              "  stablehlo.return %i2, %y : tensor<i32>, tensor<?xf64>\n }\n return %r#1 : tensor<?xf64>",
+              "tensor<?xf64>")
+    with pytest.raises(LookupError, match=r"'stablehlo.while' \(its adjoint reads loop carry #1, of run-time shape "
+                                          r"tensor<\?xf64>.*at loc\(\"-\":4:8\)"):
+        passes.differentiate(text, grad=False, vjp=True)
+
+
 # ----- registry ----------------------------------------------------------------------------------
 
 def test_custom_call_names_its_target():
