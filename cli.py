@@ -118,6 +118,9 @@ def _global(
 FUNC_HELP = "The function F to differentiate (default: the module's only public function)."
 WRT_HELP = "Argument indices to differentiate with respect to, e.g. 0,2 (default: every float argument)."
 WITH_VALUE_HELP = "Adjoint functions return F's results first, then the gradients."
+CHECKPOINTS_HELP = ("Keep K snapshots of each while loop's state (sqrt: about the square root of its trip "
+                    "count) and recompute the iterations between them in the reverse pass, instead of "
+                    "recording every iteration.")
 
 
 @app.command()
@@ -133,13 +136,16 @@ def grad(
                              "(results..., their tangents...) instead of @F_grad."),
     hessian: bool = typer.Option(False, "--hessian", help="Add @F_hessian(args...) -> one x.shape + x.shape "
                                  "Hessian block per wrt argument, instead of @F_grad."),
+    loop_checkpoints: str | None = typer.Option(None, "--loop-checkpoints", metavar="K|sqrt",
+                                                help=CHECKPOINTS_HELP),
 ) -> None:
     """Add @F_grad (gradient of the sum of F's results) to a StableHLO module.
 
     If the gradient cannot be built, OUT.mlir is not written (an existing one
     is left as it was).
     """
-    write_text(output, adjoints(read_text(source), func, wrt, not (jvp or hessian), vjp, with_value, jvp, hessian))
+    write_text(output, adjoints(read_text(source), func, wrt, not (jvp or hessian), vjp, with_value, jvp, hessian,
+                                loop_checkpoints))
 
 
 @app.command()
@@ -174,6 +180,8 @@ def compile_command(
     with_value: bool = typer.Option(False, "--with-value", help=WITH_VALUE_HELP),
     wrt: str | None = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
     func: str | None = typer.Option(None, "--func", metavar="NAME", help=FUNC_HELP),
+    loop_checkpoints: str | None = typer.Option(None, "--loop-checkpoints", metavar="K|sqrt",
+                                                help=CHECKPOINTS_HELP),
     no_cache: bool = typer.Option(False, "--no-cache", help="Compile again even if a cached artifact exists."),
 ) -> None:
     """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact."""
@@ -185,7 +193,7 @@ def compile_command(
     if func is not None and not (grad or vjp):
         raise CLIError("--func needs --grad or --vjp", USAGE)
     text, name = load_source(source)
-    text = adjoints(text, func or name, wrt, grad, vjp, with_value)
+    text = adjoints(text, func or name, wrt, grad, vjp, with_value, loop_checkpoints=loop_checkpoints)
     start = time.perf_counter()
     with progress(f"irgrad: compiling {source} for {options.target.value}"):
         artifact = compile_text(text, options, cache=not no_cache)

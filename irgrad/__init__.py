@@ -16,7 +16,7 @@ from .ops import *  # noqa: F401,F403
 from .ops import convert_to_tensor  # noqa: F401
 from .function import Function, Lowered, TensorSpec, compile, export, function  # noqa: A004
 from .gradients import (AggregationMethod, NotDifferentiable, RegisterGradient, UnconnectedGradients,
-                        gradients, no_gradient)
+                        gradients, no_gradient, recompute_grad)
 from .runtime import Artifact, ArtifactError, CompileError, DeviceError, Module, load
 from .session import Session, placeholder
 from .variables import Variable

@@ -7,14 +7,16 @@ returned, combined, and differentiated again).
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any
 from collections.abc import Callable
 
 from . import dtypes
-from .custom_gradient import attach_gradient
+from . import nest
+from .custom_gradient import attach_gradient, custom_gradient
 from .framework import Graph, Tensor
 from .ops.array_ops import ones_like, stop_gradient
-from .ops.core import convert_to_tensor, current_graph
+from .ops.core import convert_to_tensor, current_graph, emit
 from .passes import backprop, hlo
 from .passes.mlir import context, dtype_name, elem, ir
 from .passes.registry import RULES, NONDIFFERENTIABLE
@@ -244,5 +246,33 @@ def seed_tensors(ys: list[Tensor], grad_ys) -> list[Tensor | None]:
     return seeds
 
 
-__all__ = ["gradients", "UnconnectedGradients", "AggregationMethod", "RegisterGradient", "no_gradient",
-           "NotDifferentiable"]
+# ----- recompute_grad -----------------------------------------------------------------------
+
+def recompute_grad(f: Callable) -> Callable:
+    """``f`` whose intermediate values are recomputed in the backward pass instead of kept
+    (``tf.recompute_grad``): the gradient runs ``f`` again from its inputs and differentiates
+    that run. The recomputation reads its inputs through an optimization barrier that also
+    takes the upstream cotangents, as TensorFlow makes it depend on them: the compiler can
+    neither merge it with the forward run nor schedule it before the backward pass reaches
+    it. Inside a loop body, the loop's reverse pass records ``f``'s inputs only.
+    ``f`` may read ``ig.Variable``s; their gradients are returned too."""
+    @custom_gradient
+    def recomputed(*args, **kwargs):
+        def grad(*upstream, variables=None):
+            inputs = [convert_to_tensor(a) for a in nest.flatten(args)]
+            fenced = emit("recompute_grad", lambda: hlo.optimization_barrier(
+                [t.value for t in inputs + list(upstream)]))[:len(inputs)]
+            again = nest.flatten(f(*nest.pack_sequence_as(args, fenced), **kwargs))
+            variables = list(variables or [])
+            grads = gradients(again, fenced + variables, grad_ys=list(upstream),
+                              unconnected_gradients=UnconnectedGradients.ZERO)
+            if variables:
+                return grads[:len(fenced)], grads[len(fenced):]
+            return grads
+        return f(*args, **kwargs), grad
+
+    return functools.wraps(f)(recomputed)
+
+
+__all__ = ["gradients", "recompute_grad", "UnconnectedGradients", "AggregationMethod", "RegisterGradient",
+           "no_gradient", "NotDifferentiable"]

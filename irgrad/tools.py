@@ -76,6 +76,19 @@ def parse_wrt(text: str | None) -> list[int] | None:
         raise CLIError(f"bad --wrt {text!r}: expected argument indices such as 0,2", USAGE) from None
 
 
+def parse_checkpoints(text: str | None) -> int | str | None:
+    """``--loop-checkpoints``: ``"sqrt"`` or a positive int (``"8"`` -> 8); None stays None."""
+    if text is None or text == "sqrt":
+        return text
+    try:
+        k = int(text)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise CLIError(f"bad --loop-checkpoints {text!r}: expected sqrt or a positive number of snapshots", USAGE)
+    return k
+
+
 def import_model(path: Path) -> ModuleType:
     """Imports a user's model file under a unique module name, its folder on sys.path."""
     name = f"_irgrad_model_{abs(hash(str(path.resolve())))}"
@@ -156,18 +169,20 @@ def write_text(path: Path | None, text: str) -> None:
 
 
 def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
-             jvp: bool = False, hessian: bool = False) -> str:
+             jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None) -> str:
     """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian added (unchanged when none is asked for).
 
-    ``wrt`` is the command-line text (``"0,2"``); ``with_value`` and ``wrt``
-    without ``grad``, ``vjp`` or ``jvp`` are a usage error.
+    ``wrt`` and ``loop_checkpoints`` are the command-line texts (``"0,2"``, ``"sqrt"``);
+    ``with_value``, ``wrt`` and ``loop_checkpoints`` without ``grad``, ``vjp`` or ``jvp``
+    are a usage error.
     """
+    checkpoints = parse_checkpoints(loop_checkpoints)
     if not (grad or vjp or jvp or hessian):
-        if with_value or wrt is not None:
-            raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)
+        if with_value or wrt is not None or checkpoints is not None:
+            raise CLIError("--with-value, --wrt and --loop-checkpoints need --grad or --vjp", USAGE)
         return text
     return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp,
-                                hessian=hessian)
+                                hessian=hessian, loop_checkpoints=checkpoints)
 
 
 def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:

@@ -38,7 +38,10 @@ passes them to these rules after the op's operands (see ``op_inputs``).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -71,7 +74,8 @@ def _inside(o: ir.Operation, op: ir.Operation) -> bool:
 def isolate(op: ir.Operation) -> None:
     """Pass the values ``op``'s regions capture through one optimization_barrier placed
     before ``op``. IREE 3.13 otherwise fails at run time on some adjoint ``case`` ops
-    fed by a forward ``case`` ("OUT_OF_RANGE ... hal.command_buffer", see
+    fed by a forward ``case``, and on the segment loops of a checkpointed loop nested in
+    another ("OUT_OF_RANGE ... hal.command_buffer", see
     tests/fixtures/iree313_copy_buffer_bug.mlir); the barrier only fixes an evaluation order."""
     captured = captured_values(op)
     if not captured:
@@ -301,11 +305,11 @@ def _own_counter(op: ir.Operation) -> int | None:
                  if step == 1 and elem(op.operands[k]) == i32 and _constant_int(op.operands[k]) is not None), None)
 
 
-def _counted(op: ir.Operation) -> ir.Value:
-    """The iteration count of ``op``, from a copy of it that takes its place (its results are
-    the forward's) and counts its iterations: on a counter of the loop's own where it has
-    one (a gradient's counting run, differentiated again), else on one more carry (IREE 3.13
-    fails at run time on loops that carry two equal counters)."""
+def _counted(op: ir.Operation, replace: bool = True) -> ir.Value:
+    """The iteration count of ``op``, from a copy of it that counts its iterations and (with
+    ``replace``) takes its place, its results being the forward's: on a counter of the
+    loop's own where it has one (a gradient's counting run, differentiated again), else on
+    one more carry (IREE 3.13 fails at run time on loops that carry two equal counters)."""
     own = _own_counter(op)
     extra = [] if own is not None else [_scalar(0)]
     m = len(op.operands)
@@ -316,8 +320,9 @@ def _counted(op: ir.Operation) -> ir.Value:
         args = list(body.arguments)
         outs = inline_region(op, 1, args[:m])
         hlo.return_([*outs, *[hlo.add(args[-1], _scalar(1)) for _ in extra]], "stablehlo.return")
-    for old, new in zip(op.results, loop.results):
-        old.replace_all_uses_with(new)
+    if replace:
+        for old, new in zip(op.results, loop.results):
+            old.replace_all_uses_with(new)
     if own is None:
         return loop.results[m]
     return hlo.subtract(loop.results[own], op.operands[own])
@@ -338,10 +343,11 @@ def _counters(op: ir.Operation, varying: list[int]) -> dict[int, int]:
 
 
 def _record(op: ir.Operation, keep: list[int], residuals: list[tuple[int, int]], n: Count,
-            counters: dict[int, int]) -> list[ir.Value]:
+            counters: dict[int, int]) -> ir.Operation:
     """A copy of ``op`` that also stacks carry k (k in ``keep``) as ``tape_k[t] = carry_k(t)``
-    and result j of the body's i-th op ((i, j) in ``residuals``) as ``tape[t]``. It takes the
-    place of ``op`` (built before it, it replaces its results), so the forward loop runs once.
+    and result j of the body's i-th op ((i, j) in ``residuals``) as ``tape[t]``, the tapes
+    being its results after ``op``'s. It takes the place of ``op`` (built before it, it
+    replaces its results), so the forward loop runs once.
     With a run-time count ``n`` it runs exactly ``n`` iterations (``t < n``). The row ``t`` is
     read off a counter of the loop's own that starts at a constant and steps by 1 where
     there is one: IREE 3.13 keeps such a counter on the host, but a second one (the same
@@ -369,7 +375,65 @@ def _record(op: ir.Operation, keep: list[int], residuals: list[tuple[int, int]],
         hlo.return_([*outs, *recorded, *[hlo.add(t, _scalar(1)) for _ in step]], "stablehlo.return")
     for old, new in zip(op.results, loop.results):
         old.replace_all_uses_with(new)
-    return list(loop.results)[m:m + len(stacked)]
+    return loop
+
+
+_IMPURE = {f"stablehlo.{name}" for name in (
+    "custom_call", "infeed", "outfeed", "send", "recv", "rng_bit_generator", "all_reduce", "all_gather",
+    "all_to_all", "collective_permute", "reduce_scatter")}
+
+
+def _uses_impure(block: ir.Block) -> bool:
+    return any(o.operation.name in _IMPURE or any(_uses_impure(b) for r in o.operation.regions for b in r.blocks)
+               for o in block.operations)
+
+
+def _live_carries(loop: ir.Operation) -> list[bool]:
+    """Which carries of ``loop`` matter: those its condition reads, those whose results are
+    used, and those the body computes them from."""
+    cond, body = (loop.regions[i].blocks[0] for i in range(2))
+    returned = list(list(body.operations)[-1].operation.operands)
+    live = [bool(list(r.uses)) or bool(list(a.uses)) for r, a in zip(loop.results, cond.arguments)]
+    stack = [returned[k] for k, alive in enumerate(live) if alive]
+    seen: set[ir.Value] = set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v, ir.BlockArgument):
+            if v.owner == body and not live[v.arg_number]:
+                live[v.arg_number] = True
+                stack.append(returned[v.arg_number])
+        elif _inside(v.owner.operation, loop):
+            stack.extend(op_inputs(_top(v.owner, body)))
+    return live
+
+
+def prune(loop: ir.Operation) -> ir.Operation:
+    """``loop`` without the carries that do not matter (``_live_carries``): a loop in their
+    place that carries the others (``loop`` itself when every carry matters)."""
+    live = _live_carries(loop)
+    body = loop.regions[1].blocks[0]
+    if all(live) or _uses_impure(body):
+        return loop
+    kept = [k for k, alive in enumerate(live) if alive]
+    with ir.InsertionPoint(loop), loop.location:
+        new, cond, new_body = hlo.while_([loop.operands[k] for k in kept])
+        for index, block in ((0, cond), (1, new_body)):
+            args = list(loop.operands)  # placeholders for the dead carries, whose uses die
+            for k, arg in zip(kept, block.arguments):
+                args[k] = arg
+            with ir.InsertionPoint(block):
+                outs = inline_region(loop, index, args)
+                hlo.return_(outs if index == 0 else [outs[k] for k in kept], "stablehlo.return")
+        for o in reversed([o.operation for o in new_body.operations][:-1]):
+            if all(not list(r.uses) for r in o.results):
+                discard(o)
+    for k, result in zip(kept, new.results):
+        loop.results[k].replace_all_uses_with(result)
+    discard(loop)
+    return new
 
 
 def _top(o: ir.Operation, block: ir.Block) -> ir.Operation:
@@ -627,12 +691,121 @@ def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
             carries = inline_region(op, 1, carries)
     for old, new in zip(op.results, carries):
         old.replace_all_uses_with(new)
+    return _local_adjoint(op, carries, cts, captured)
+
+
+def _local_adjoint(op: ir.Operation, results: Sequence[ir.Value], cts, captured: list[ir.Value]) -> list:
+    """The cotangents of ``op``'s operands and ``captured`` values through code built in its
+    place that computes ``results`` (its own results' replacements)."""
     # A value can be both an operand and captured (an outer carry that initialises an inner
     # loop and is read by its body): its whole cotangent goes to its first position only.
     inputs = [*op.operands, *captured]
     unique = list(dict.fromkeys(inputs))
-    total = dict(zip(unique, backprop_local(carries, list(cts), unique)))
+    total = dict(zip(unique, backprop_local(list(results), list(cts), unique)))
     return [total.pop(v) if v in total else None for v in inputs]
+
+
+# ----- checkpoints ---------------------------------------------------------------------
+
+Checkpoints = int | str | None
+_CHECKPOINTS: ContextVar[Checkpoints] = ContextVar("loop_checkpoints", default=None)
+# The loops a checkpointed loop is split into: the outer loop over segments, whose reverse
+# pass records one snapshot per segment (never unrolled), and the segments (may be).
+SNAPSHOTS, SEGMENT = "irgrad.snapshots", "irgrad.segment"
+
+
+def check_checkpoints(k: Checkpoints) -> Checkpoints:
+    """``k`` if it is a valid ``loop_checkpoints`` (None, ``"sqrt"`` or an int ≥ 1), else ValueError."""
+    if k is None or k == "sqrt" or isinstance(k, int) and not isinstance(k, bool) and k >= 1:
+        return k
+    raise ValueError(f"loop_checkpoints must be None, 'sqrt' or a positive int, got {k!r}")
+
+
+@contextmanager
+def loop_checkpoints(k: Checkpoints) -> Iterator[None]:
+    """While active, the ``while`` adjoint keeps ``k`` snapshots of a loop's carries (``"sqrt"``:
+    about √n for n iterations) instead of recording every iteration (None: record all)."""
+    token = _CHECKPOINTS.set(check_checkpoints(k))
+    try:
+        yield
+    finally:
+        _CHECKPOINTS.reset(token)
+
+
+def _segment_length(n: Count, k: int | str) -> Count:
+    """Iterations per segment for ``k`` snapshots of ``n`` iterations: ``ceil(n / k)``, or
+    ``ceil(√n)`` for ``"sqrt"`` (at least 1)."""
+    if isinstance(n, int):
+        return max(1, math.isqrt(n - 1) + 1 if k == "sqrt" else -(-n // k))
+    if k == "sqrt":  # float32 holds every count up to 2^24 exactly; sqrt is correctly rounded
+        f32 = ir.F32Type.get()
+        root = hlo.unary("stablehlo.ceil", hlo.unary("stablehlo.sqrt", hlo.convert(n, f32)))
+        c = hlo.convert(root, elem(n))
+    else:
+        c = hlo.divide(hlo.add(n, _scalar(k - 1)), _scalar(k))
+    return hlo.binary("stablehlo.maximum", c, _scalar(1))
+
+
+def _repeat(op: ir.Operation, carries: Sequence[ir.Value], count: Count) -> list[ir.Value]:
+    """``count`` iterations of ``op``'s body from ``carries``, as a loop of its own."""
+    if count == 0:
+        return list(carries)
+    m = len(carries)
+    loop, cond, body = hlo.while_([*carries, _scalar(0)])
+    loop.attributes[SEGMENT] = ir.UnitAttr.get()
+    with ir.InsertionPoint(cond):
+        hlo.return_([hlo.compare(cond.arguments[m], _count_value(count), "LT")], "stablehlo.return")
+    with ir.InsertionPoint(body):
+        args = list(body.arguments)
+        hlo.return_([*_invariant_kept(op, args, inline_region(op, 1, args[:m])), hlo.add(args[m], _scalar(1))],
+                    "stablehlo.return")
+    return list(loop.results)[:m]
+
+
+def _invariant_kept(op: ir.Operation, args: Sequence[ir.Value], outs: Sequence[ir.Value]) -> list[ir.Value]:
+    """``outs`` with the carries ``op``'s body does not change returned as the block's own
+    ``args``, so a loop built of ``op``'s body says so too (and its adjoint tapes them not)."""
+    varying = set(_varying(op))
+    return [out if k in varying else args[k] for k, out in enumerate(outs)]
+
+
+def _checkpointed(op: ir.Operation, cts, n: Count, captured: list[ir.Value], k: int | str) -> list:
+    """The loop as ``S`` segments of ``C`` iterations (an outer loop whose body is an inner
+    loop) and a tail of ``R = n - S·C``, differentiated as such: the outer loop records its
+    carries once per segment (the snapshots) and its reverse loop recomputes each segment
+    from its snapshot, recording that segment only, before running the segment's reverse."""
+    m = len(op.operands)
+    with ir.InsertionPoint(op), op.location:
+        c = _segment_length(n, k)
+        if isinstance(n, int):
+            segments, rest = divmod(n, c)
+        else:
+            segments = hlo.divide(n, c)
+            rest = hlo.subtract(n, hlo.multiply(segments, c))
+        outer, cond, body = hlo.while_([*op.operands, _scalar(0)])
+        outer.attributes[SNAPSHOTS] = ir.UnitAttr.get()
+        with ir.InsertionPoint(cond):
+            hlo.return_([hlo.compare(cond.arguments[m], _count_value(segments), "LT")], "stablehlo.return")
+        with ir.InsertionPoint(body):
+            args = list(body.arguments)
+            hlo.return_([*_invariant_kept(op, args, _repeat(op, args[:m], c)), hlo.add(args[m], _scalar(1))],
+                        "stablehlo.return")
+        isolate(outer)
+        carries = _repeat(op, list(outer.results)[:m], rest)
+    for old, new in zip(op.results, carries):
+        old.replace_all_uses_with(new)
+    return _local_adjoint(op, carries, cts, captured)
+
+
+def _checkpoints(op: ir.Operation, n: int | None) -> int | str | None:
+    """The snapshots to keep of ``op`` (None: record every iteration): the ``loop_checkpoints``
+    in force, unless ``op`` is a segment already or keeping them would not save anything."""
+    k = _CHECKPOINTS.get()
+    if k is None or SEGMENT in op.attributes or SNAPSHOTS in op.attributes:
+        return None
+    if n is not None and (_segment_length(n, k) in (1, n)):
+        return None
+    return k
 
 
 @adjoint("stablehlo.while")
@@ -645,16 +818,19 @@ def _while(op, cts):
     wrt = _differentiable(captured)
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
-    if n is not None and unroll_loop(n, len(op.regions[1].blocks[0].operations)):
+    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, len(op.regions[1].blocks[0].operations)):
         return _unrolled(op, cts, n, captured)
+    checkpoints = _checkpoints(op, n)
     if n is None:
         # A trip count known only when the loop runs: computed before it from a bound the loop
-        # does not change, or else counted by a first run that also gives the forward results;
-        # the tapes are that long (see the module doc).
+        # does not change, or else counted by a first run that also gives the forward results
+        # (checkpointed, the segments give them); the tapes are that long (see the module doc).
         with ir.InsertionPoint(op), op.location:
             n = _symbolic_count(op)
             if n is None:
-                n = _counted(op)
+                n = _counted(op, replace=checkpoints is None)
+    if checkpoints is not None:
+        return _checkpointed(op, cts, n, captured, checkpoints)
     varying = _varying(op)
     counters = _counters(op, varying)
     # A carry whose shape is only known at run time (a tape of a data-dependent loop, when a
@@ -682,9 +858,13 @@ def _while(op, cts):
                 use.owner.operands[use.operand_number] = read
     keep = [k for k, read in zip(tapes, _read(body, [carries[k] for k in tapes])) if read]
     with ir.InsertionPoint(op), op.location:
-        recorded = _record(op, keep, [(i, j) for i, j, _ in residuals], n, counters)
-    for placeholder, tape in zip([tapes[k] for k in keep] + placeholders, recorded):
+        recording = _record(op, keep, [(i, j) for i, j, _ in residuals], n, counters)
+    for placeholder, tape in zip([tapes[k] for k in keep] + placeholders, list(recording.results)[m:]):
         placeholder.replace_all_uses_with(tape)
+    # Recomputed in a reverse loop (a segment of a checkpointed loop, an inner loop), the
+    # recording need not produce the carries only the forward reads (a scan's output):
+    # carrying them would make the enclosing loop record them too.
+    prune(recording)
     accumulators = [1 + i for i, k in enumerate(floats) if k not in varying] + \
         list(range(1 + len(floats), 1 + len(floats) + len(wrt)))
     results = _hoisted(loop, t, n, accumulators)[1:]

@@ -25,7 +25,8 @@ import numpy as np
 
 from . import hlo
 from .backprop import backprop
-from . import batching
+from . import batching, control_flow
+from .control_flow import Checkpoints
 from .batching import identity, jacobian_rows
 from .forward import jvp as forward_jvp
 from .mlir import IRError, elem, ir, is_float, parse_module, run_pipeline, shape, tensor_type, verify
@@ -193,9 +194,14 @@ def _hessians(wrt: list[int], name: str):
 
 def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] | None = None, *,
                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
-                 hessian: bool = False) -> list[str]:
+                 hessian: bool = False, loop_checkpoints: Checkpoints = None) -> list[str]:
     """Add ``@F_grad`` (and/or ``@F_vjp``, ``@F_jvp``, ``@F_hessian``) for function ``func``
     to ``module`` in place.
+
+    ``loop_checkpoints``: None records every iteration of a ``while`` loop for its reverse
+    pass; ``k`` keeps ``k`` snapshots of its carries (``"sqrt"``: about √n of n iterations)
+    and recomputes the iterations between two of them in the reverse pass (see
+    ``control_flow``): memory O(k + n/k) instead of O(n), for one more forward run.
 
     Returns the names of the added functions.
     """
@@ -204,7 +210,7 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
     wrt = _check_wrt(func_op, wrt)
     added = []
     last = func_op
-    with module.context:
+    with module.context, control_flow.loop_checkpoints(loop_checkpoints):
         for kind, wanted in (("grad", grad), ("vjp", vjp), ("jvp", jvp), ("hessian", hessian)):
             if wanted:
                 new_name = f"{name}_{kind}"
@@ -222,11 +228,14 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
 
 def differentiate(text: str, func: str | None = None, wrt: Sequence[int] | None = None, *,
                   grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
-                  hessian: bool = False) -> str:
-    """Text in, text out: parse a StableHLO module and add its derivative functions."""
+                  hessian: bool = False, loop_checkpoints: Checkpoints = None) -> str:
+    """Text in, text out: parse a StableHLO module and add its derivative functions
+    (``add_adjoints``)."""
+    control_flow.check_checkpoints(loop_checkpoints)
     module = parse_module(text)
     verify(module, "input module")
-    add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian)
+    add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian,
+                 loop_checkpoints=loop_checkpoints)
     return module.operation.get_asm(enable_debug_info=False)
 
 

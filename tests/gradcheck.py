@@ -94,10 +94,11 @@ def check_vjp(forward: Callable[..., list[np.ndarray]], vjp: Callable[..., list[
 
 
 def check_module(text: str, args: Sequence[np.ndarray], *, func: str | None = None, jvp: bool = True,
-                 **kw) -> str:
-    """Differentiate StableHLO ``text`` with the module-level pass and check its @F_vjp and
-    (``jvp``) its @F_jvp."""
-    module_text = passes.differentiate(text, func, vjp=True, grad=False, with_value=True, jvp=jvp)
+                 loop_checkpoints=None, **kw) -> str:
+    """Differentiate StableHLO ``text`` with the module-level pass (``loop_checkpoints`` passed
+    on) and check its @F_vjp and (``jvp``) its @F_jvp."""
+    module_text = passes.differentiate(text, func, vjp=True, grad=False, with_value=True, jvp=jvp,
+                                       loop_checkpoints=loop_checkpoints)
     # Keep the parsed module alive while reading its function: ops do not own their module.
     parsed = passes.parse_module(text)
     name = func or passes.function_name(passes.find_function(parsed, None))

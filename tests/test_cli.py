@@ -502,6 +502,24 @@ def test_grad_bad_func_or_wrt(work, args, code, message):
     assert message in error_line(result)
 
 
+def test_grad_loop_checkpoints(tmp_path):
+    """--loop-checkpoints sqrt: a 300-step loop's gradient keeps 16 snapshots (⌈√300⌉ = 18
+    iterations a segment, 16 whole segments), not the 300-row tape; a bad value is a usage error."""
+    ig = irgrad
+    step = lambda i, h, w: (i + 1, ig.tanh(h * w + 0.5) + 0.1 * h)  # noqa: E731
+    f = ig.function(lambda h, w: ig.while_loop(lambda i, h: i < 300, lambda i, h: step(i, h, w), (0, h))[1],
+                    input_signature=[ig.TensorSpec([3], ig.float64)] * 2)
+    src = tmp_path / "rnn.mlir"
+    src.write_text(f.lower().mlir)
+    recorded, checkpointed = (invoke("grad", src, *flags) for flags in ([], ["--loop-checkpoints", "sqrt"]))
+    assert recorded.exit_code == 0 and checkpointed.exit_code == 0, checkpointed.output
+    assert "tensor<300x3xf64>" in recorded.stdout
+    assert "tensor<300x3xf64>" not in checkpointed.stdout and "tensor<16x3xf64>" in checkpointed.stdout
+    for bad in ("0", "-3", "log"):
+        result = invoke("grad", src, "--loop-checkpoints", bad)
+        assert result.exit_code == 2 and f"bad --loop-checkpoints '{bad}'" in error_line(result)
+
+
 def test_grad_missing_file(tmp_path):
     result = invoke("grad", tmp_path / "nope.mlir")
     assert result.exit_code == 2 and "no such file" in error_line(result)

@@ -184,3 +184,84 @@ def test_a_counted_loop_runs_once_and_a_data_dependent_one_counts_first():
     grad = passes.differentiate(dynamic.lower(np.ones(3, F64)).mlir, "dynamic")
     assert _whiles(grad, "dynamic_grad") == 3
     assert "tensor<?x3xf64>" in grad
+
+
+# ----- checkpoints -------------------------------------------------------------------------
+
+def _lowered(fn, *args) -> str:
+    return ig.function(fn).lower(*args).mlir
+
+
+def rnn(h, w, x, steps=300):
+    """``steps`` iterations of h <- tanh(h * w + x) + 0.1 h: too long to unroll."""
+    body = lambda i, h: (i + 1, ig.tanh(h * w + x) + 0.1 * h)  # noqa: E731
+    return ig.while_loop(lambda i, h: i < steps, body, (0, h))[1]
+
+
+RNN_ARGS = [np.array([0.3, -0.4, 0.8], F64), np.array([1.2, 0.8, -0.9], F64), np.array([0.1, 0.0, -0.2], F64)]
+
+
+@pytest.mark.parametrize("k", ["sqrt", 1, 7, 300])
+def test_checkpointed_counted_loop(k):
+    """Snapshots every ⌈n/k⌉ iterations (k = 1: one segment, 300: one per iteration: both
+    fall back to the recorded loop); the segments recomputed in the reverse pass."""
+    check_module(_lowered(rnn, *RNN_ARGS), RNN_ARGS, loop_checkpoints=k)
+
+
+def test_checkpoints_keep_snapshots_instead_of_the_whole_tape():
+    """300 iterations: the recorded gradient holds 300-row tapes; with √300 checkpoints it
+    holds 16 snapshots of the state (not of ``w`` and ``x``, which the loop does not change)
+    and unrolls each 18-iteration segment in the reverse pass."""
+    text = _lowered(rnn, *RNN_ARGS)
+    assert "tensor<300x3xf64>" in passes.differentiate(text, "rnn")
+    grad = passes.differentiate(text, "rnn", loop_checkpoints="sqrt")
+    assert "tensor<300x3xf64>" not in grad
+    header = grad[grad.index("@rnn_grad"):].split("stablehlo.while")[1].split("\n")[0]
+    assert header.count("tensor<16x3xf64>") == 1  # the recording loop carries one snapshot tape
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 64])
+def test_checkpointed_loop_bound_in_an_integer_argument(n):
+    """A run-time count: the segment length is computed when the loop runs."""
+    def f(x, w, n):
+        body = lambda i, v: (i + 1, ig.tanh(v) * w + v * 0.5)  # noqa: E731
+        return ig.while_loop(lambda i, v: i < n, body, (0, x))[1]
+
+    args = [np.array([0.4, -0.3], F64), np.array([1.1, 0.7], F64), np.array(n, np.int32)]
+    for k in ("sqrt", 3):
+        check_module(_lowered(f, *args), args, loop_checkpoints=k)
+
+
+def test_checkpointed_data_dependent_and_nested_loops():
+    # 7 iterations: √ checkpoints make 2 segments of 3 and a remainder of 1. (With w near 1
+    # the state converges below the threshold, near π, and the loop never ends.)
+    args = [np.array([0.02, 0.03, 0.01], F64), np.array([1.25, 1.2, 1.3], F64)]
+    check_module(_lowered(grow_until_threshold, *args), args, loop_checkpoints="sqrt")
+
+    def nested(x, w):  # 12 outer iterations: recorded, not unrolled; inner counts 1, 2, 3...
+        def outer(k, v):
+            kf = ig.cast(k, ig.float64)
+            inner = ig.while_loop(lambda u: ig.reduce_sum(u) < 1.0 + kf, lambda u: u * w + 0.1 * ig.sin(u), v)
+            return k + 1, inner * 0.5
+        return ig.while_loop(lambda k, v: k < 12, outer, (0, x))[1]
+
+    args = [np.array([0.3, 0.4], F64), np.array([1.3, 1.2], F64)]
+    for k in (2, "sqrt"):
+        check_module(_lowered(nested, *args), args, loop_checkpoints=k)
+
+
+def test_checkpointed_second_derivatives_match_the_recorded_ones():
+    def loss(h, w, x):
+        return ig.reduce_sum(rnn(h, w, x, steps=200) ** 2)
+
+    text = _lowered(loss, *RNN_ARGS)
+    hessians = [ig.compile(passes.differentiate(text, "loss", hessian=True, grad=False, loop_checkpoints=k)).load()
+                for k in (None, "sqrt")]
+    recorded, checkpointed = (np.asarray(m["loss_hessian"](*RNN_ARGS)[0]) for m in hessians)
+    np.testing.assert_allclose(checkpointed, recorded, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [0, -2, "log", 2.5, True])
+def test_bad_loop_checkpoints_is_a_value_error(k):
+    with pytest.raises(ValueError, match="loop_checkpoints"):
+        passes.differentiate(_lowered(rnn, *RNN_ARGS), loop_checkpoints=k)
