@@ -607,7 +607,8 @@ def bench_model(model: Model, args: argparse.Namespace) -> Result:
     grad_text = None
     try:
         res.adjoint_s, grad_text = ba.timed(
-            lambda: ig.passes.differentiate(forward_text, "main", with_value=True))
+            lambda: ig.passes.differentiate(forward_text, "main", with_value=True,
+                                            loop_checkpoints=args.loop_checkpoints))
     except Exception as exc:  # noqa: BLE001 -- report it in the model's row and go on
         res.errors["differentiate"] = short(exc, 4000)
 
@@ -818,6 +819,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--iree-flag", action="append", default=[], metavar="FLAG",
                    help="an extra iree-compile flag for every IREE program, e.g. "
                         "--iree-flag=--iree-opt-data-tiling=true (repeatable)")
+    p.add_argument("--loop-checkpoints", metavar="K|sqrt", default=None,
+                   type=lambda k: k if k == "sqrt" else int(k),
+                   help="irgrad's loop_checkpoints (default: the pass's default)")
     p.add_argument("--dump", metavar="DIR", default=None,
                    help="write each model's forward, irgrad gradient and JAX adjoint .mlir into DIR")
     args = p.parse_args(argv)

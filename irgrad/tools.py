@@ -178,8 +178,10 @@ def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool
     """
     checkpoints = parse_checkpoints(loop_checkpoints)
     if not (grad or vjp or jvp or hessian):
-        if with_value or wrt is not None or checkpoints is not None:
-            raise CLIError("--with-value, --wrt and --loop-checkpoints need --grad or --vjp", USAGE)
+        if with_value or wrt is not None:
+            raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)
+        if checkpoints is not None:
+            raise CLIError("--loop-checkpoints needs --grad or --vjp", USAGE)
         return text
     return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp,
                                 hessian=hessian, loop_checkpoints=checkpoints)

@@ -317,6 +317,8 @@ def test_adjoints_and_load_source(work):
     assert name is None and tools.adjoints(text, None, None, False, False, False) == text
     with pytest.raises(CLIError, match="--with-value and --wrt need --grad or --vjp"):
         tools.adjoints(text, None, "0", False, False, False)
+    with pytest.raises(CLIError, match="--loop-checkpoints needs --grad or --vjp"):
+        tools.adjoints(text, None, None, False, False, False, loop_checkpoints="sqrt")
     assert "@f_grad(" in tools.adjoints(text, "f", "0", True, False, False)
     text, name = tools.load_source(f"{work}/model.py:loss")
     assert name == "loss" and "func.func @loss(" in text
