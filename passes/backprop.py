@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from . import hlo
-from .mlir import ir, is_float, loc_name
+from .mlir import elem, ir, is_float, loc_name, shape, tensor_type
 from .registry import Cotangent, Rule, lookup
 
 AGGREGATIONS = ("add_n", "tree")
@@ -94,8 +94,66 @@ def active_ops(ys: Sequence[ir.Value], xs: set[ir.Value], stop: set[ir.Operation
     return order
 
 
+def _piece(v: ir.Value) -> tuple[int, int] | None:
+    """(dimension, offset) when ``v`` is ``pad(x, 0)`` along one dimension only, without
+    interior padding (the adjoint of a slice of contiguous rows or columns), and ``x`` is
+    used by nothing else: IREE 3.13 computes wrong values when two concatenates share a
+    piece (a GRU's r and z gates add slices of x@w_x and h@w_h, whose cotangents are then
+    the same pieces; tests/test_adjoint_rules.py)."""
+    if not (isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.pad"):
+        return None
+    op = v.owner.operation
+    if len(list(op.operands[0].uses)) > 1 or not hlo.is_zero_constant(op.operands[1]) \
+            or any(hlo.read_i64_array(op, "interior_padding")):
+        return None
+    low, high = hlo.read_i64_array(op, "edge_padding_low"), hlo.read_i64_array(op, "edge_padding_high")
+    padded = [d for d, (lo, hi) in enumerate(zip(low, high)) if lo or hi]
+    if len(padded) != 1 or low[padded[0]] < 0 or high[padded[0]] < 0:
+        return None
+    return padded[0], low[padded[0]]
+
+
+def _concatenated(terms: list[ir.Value]) -> list[ir.Value]:
+    """``terms`` with the zero-padded pieces of one tensor along one dimension that do not
+    overlap (the cotangents of an LSTM's four gate slices) joined by one concatenate, the
+    gaps between them zeros: one write of each piece instead of pads and sums of the whole."""
+    groups: dict[tuple, list[tuple[int, ir.Value]]] = {}
+    for v in terms:
+        piece = _piece(v)
+        if piece is not None:
+            groups.setdefault((str(v.type), piece[0]), []).append((piece[1], v))
+    out = list(terms)
+    for (_, dim), pieces in groups.items():
+        pieces.sort(key=lambda p: p[0])
+        parts, end = [], 0
+        for offset, v in pieces:
+            x = v.owner.operation.operands[0]
+            if offset < end:
+                break  # overlapping pieces: summed as they are
+            if offset > end:
+                gap = list(shape(x))
+                gap[dim] = offset - end
+                parts.append(hlo.zeros(tensor_type(gap, elem(x))))
+            parts.append(x)
+            end = offset + shape(x)[dim]
+        else:
+            if len(pieces) < 2:
+                continue
+            full = shape(pieces[0][1])[dim]
+            if end < full:
+                gap = list(shape(parts[-1]))
+                gap[dim] = full - end
+                parts.append(hlo.zeros(tensor_type(gap, elem(parts[-1]))))
+            joined = {id(v) for _, v in pieces}
+            out = [t for t in out if id(t) not in joined] + [hlo.concatenate(parts, dim)]
+    return out
+
+
 def aggregate(terms: list[ir.Value], method: str) -> ir.Value:
-    """Sum cotangent contributions: one n-ary sum, or a pairwise tree."""
+    """Sum cotangent contributions: one n-ary sum, or a pairwise tree (zero-padded pieces of
+    one tensor joined first, see ``_concatenated``)."""
+    if len(terms) > 1:
+        terms = _concatenated(terms)
     if len(terms) == 1:
         return terms[0]
     if method == "tree":

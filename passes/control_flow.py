@@ -35,6 +35,12 @@ passes them to these rules after the op's operands (see ``op_inputs``).
   rules differentiate the loops they emit, so second derivatives go through every path; a
   loop carrying a tensor of run-time shape (a tape, when a gradient is differentiated again)
   does not record it, as the adjoints of the ops that write tapes never read them.
+
+  What the loops carry is kept small, as IREE 3.13 copies a carried tensor that changes,
+  whole, at every iteration: products are recomputed in the reverse step rather than taped
+  (``_RECOMPUTED``), and the cotangent of a stacked output (a scan's ``ys``), which each
+  reverse step reads one row of and zeroes, is read from outside the loop instead of carried
+  (``_consumed_rows``).
 """
 from __future__ import annotations
 
@@ -49,7 +55,6 @@ from . import hlo
 from .regions import discard, inline_region
 from .backprop import backprop, backprop_local, captured_values, op_inputs
 from .choices import unroll_loop
-from .contractions import dot_dimensions
 from .mlir import elem, ir, is_float, shape, tensor_type
 from .forward import Replaced, by_transposition, in_place, jvp
 from .registry import adjoint, missing, tangent
@@ -414,9 +419,14 @@ def prune(loop: ir.Operation) -> ir.Operation:
     """``loop`` without the carries that do not matter (``_live_carries``): a loop in their
     place that carries the others (``loop`` itself when every carry matters)."""
     live = _live_carries(loop)
-    body = loop.regions[1].blocks[0]
-    if all(live) or _uses_impure(body):
+    if all(live) or _uses_impure(loop.regions[1].blocks[0]):
         return loop
+    return _keeping(loop, live)
+
+
+def _keeping(loop: ir.Operation, live: Sequence[bool]) -> ir.Operation:
+    """A loop in ``loop``'s place that carries carry k where ``live[k]`` (the others' results
+    unused, their block arguments read by nothing that is kept)."""
     kept = [k for k, alive in enumerate(live) if alive]
     with ir.InsertionPoint(loop), loop.location:
         new, cond, new_body = hlo.while_([loop.operands[k] for k in kept])
@@ -445,13 +455,15 @@ def _top(o: ir.Operation, block: ir.Block) -> ir.Operation:
 
 
 # Ops the reverse loop recomputes from recorded values rather than record themselves: IREE
-# fuses them into the adjoint's own elementwise work, while every recorded value costs a
-# tape write per forward step and a read per reverse step.
+# fuses the elementwise ones into the adjoint's own work, and IREE 3.13 copies every tape a
+# loop carries, whole, at every iteration (O(n²) for n steps), so even a step's products
+# (dot_general: an LSTM's gate pre-activations) cost less recomputed than taped: a scan
+# LSTM's gradient went from 6.0x to 4.8x its forward when they stopped being recorded.
 _RECOMPUTED = {f"stablehlo.{name}" for name in (
     "add", "subtract", "multiply", "divide", "negate", "abs", "sign", "maximum", "minimum", "select",
     "compare", "convert", "clamp", "exponential", "exponential_minus_one", "log", "log_plus_one", "tanh",
     "logistic", "sqrt", "rsqrt", "sine", "cosine", "and", "or", "not", "reshape", "broadcast_in_dim",
-    "transpose", "slice", "dynamic_slice", "iota", "constant")}
+    "transpose", "slice", "dynamic_slice", "iota", "constant", "dot_general")}
 
 
 def _residuals(body: ir.Block, recomputed: list[ir.Operation]) -> list[tuple[int, int, ir.Value]]:
@@ -521,14 +533,6 @@ def _reverse_loop(op, cts, n: Count, tapes: dict, counters: dict, floats, wrt):
     return loop, body, carries, recomputed, t
 
 
-def _outside(v: ir.Value, loop: ir.Operation) -> ir.Value | None:
-    """``v`` as a value defined outside ``loop`` (looking through same-type reshapes made
-    inside it), or None."""
-    v = _skip_identity(v)
-    owner = v.owner if isinstance(v, ir.OpResult) else v.owner.owner  # a block argument's op
-    return None if _inside(owner.operation, loop) else v
-
-
 def _is_row(index: ir.Value, t: ir.Value) -> bool:
     """Whether ``index`` is ``t`` (also as ``0 + t * 1``, a counter recomputed from t)."""
     while index != t and isinstance(index, ir.OpResult) and index.owner.name in ("stablehlo.add", "stablehlo.multiply"):
@@ -540,147 +544,53 @@ def _is_row(index: ir.Value, t: ir.Value) -> bool:
     return index == t
 
 
-def _stacked(v: ir.Value, t: ir.Value, loop: ir.Operation) -> ir.Value | None:
-    """The array defined outside ``loop`` whose row ``t`` ``v`` is (``reshape(dynamic_slice(
-    x, [t, 0, ...], [1, ...]))``: a tape, a scan's input), or None."""
-    if not (isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape"):
-        return None
-    s = v.owner.operands[0]
-    if not (isinstance(s, ir.OpResult) and s.owner.name == "stablehlo.dynamic_slice"):
-        return None
-    x, first, *rest = s.owner.operands
-    whole = _outside(x, loop)
-    if whole is None or not _is_row(first, t) or any(_constant_int(i) != 0 for i in rest) \
-            or list(shape(s)) != [1, *shape(x)[1:]]:
-        return None
-    return whole
+def _row_of(v: ir.Value, t: ir.Value) -> bool:
+    """Whether ``v`` is ``dynamic_slice`` or ``dynamic_update_slice`` at ``[t, 0, ...]``
+    of one row."""
+    op = v.owner.operation
+    first = 1 if op.name == "stablehlo.dynamic_slice" else 2
+    row, *rest = list(op.operands)[first:]
+    return _is_row(row, t) and all(_constant_int(i) == 0 for i in rest) and shape(op.results[0] if first == 1
+                                                                                  else op.operands[1])[0] == 1
 
 
-def _through_reshapes(v: ir.Value) -> ir.Value:
-    """The value a chain of reshapes ending in ``v`` starts from."""
-    while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
-        v = v.owner.operands[0]
-    return v
-
-
-def _accumulated(r: ir.Value, acc: ir.Value, t: ir.Value) -> tuple[ir.Operation, bool] | None:
-    """(the dot_general, row-wise) when ``r`` is ``acc + dot_general(...)`` or, row-wise,
-    ``acc`` with ``dot_general(...)`` added into its row ``t`` (how a scan's input gets its
-    cotangent, see ``hlo.accumulate``)."""
-    if not isinstance(r, ir.OpResult):
-        return None
-    o = r.owner.operation
-    if o.name == "stablehlo.add" and acc in o.operands:
-        g = _through_reshapes(o.operands[1] if o.operands[0] == acc else o.operands[0])
-        rowwise = False
-    elif o.name == "stablehlo.dynamic_update_slice" and o.operands[0] == acc and _is_row(o.operands[2], t) \
-            and all(_constant_int(i) == 0 for i in list(o.operands)[3:]):
-        added = o.operands[1]
-        if not (isinstance(added, ir.OpResult) and added.owner.name == "stablehlo.add"):
-            return None
-        a, b = added.owner.operands
-
-        def reads_row(v: ir.Value) -> bool:  # dynamic_slice(acc, the row's starts)
-            return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.dynamic_slice" \
-                and v.owner.operands[0] == acc and list(v.owner.operands)[1:] == list(o.operands)[2:]
-        if not (reads_row(a) or reads_row(b)):
-            return None
-        g, rowwise = _through_reshapes(b if reads_row(a) else a), True
-    else:
-        return None
-    # The dot may have other uses: they keep it in the loop; only its accumulation moves out.
-    if not (isinstance(g, ir.OpResult) and g.owner.name == "stablehlo.dot_general"):
-        return None
-    return g.owner.operation, rowwise
-
-
-def _summed(dot: ir.Operation, full: list[ir.Value], varying: list[bool], rowwise: bool) -> ir.Value:
-    """``Σ_t dot(a_t, b_t)`` from the stacked operands (``full``, step first where
-    ``varying``); row-wise: the stack of ``dot(a_t, b_t)`` (step first)."""
-    lb, rb, lc, rc = dot_dimensions(dot)
-    element = elem(dot.results[0])
-    if all(varying):
-        up = [[d + 1 for d in dims] for dims in (lb, rb, lc, rc)]
-        if rowwise:  # the step is one more batch dimension, first in the result
-            return hlo.dot_general(full[0], full[1], [0, *up[0]], [0, *up[1]], up[2], up[3], element)
-        return hlo.dot_general(full[0], full[1], up[0], up[1], [0, *up[2]], [0, *up[3]], element)
-    if not rowwise:
-        full = [hlo.reduce_sum(f, [0]) if v else f for f, v in zip(full, varying)]
-        return hlo.dot_general(full[0], full[1], lb, rb, lc, rc, element)
-    # One operand stacked: the step is one of its free dimensions; move it first.
-    shifted = [[[d + 1 for d in dims] for dims in pair] if v else pair
-               for pair, v in zip(((lb, lc), (rb, rc)), varying)]
-    out = hlo.dot_general(full[0], full[1], shifted[0][0], shifted[1][0], shifted[0][1], shifted[1][1], element)
-    lfree = len(shape(full[0])) - len(lb) - len(lc)
-    at = len(lb) + (0 if varying[0] else lfree)
-    rank = len(shape(out))
-    return hlo.transpose(out, [at, *[d for d in range(rank) if d != at]])
-
-
-def _hoisted(loop: ir.Operation, t: ir.Value, n: Count, accumulators: Sequence[int]) -> list[ir.Value]:
-    """``loop``'s results, with its accumulations of contractions moved after it.
-
-    The reverse loop adds ``dot_general(a_t, b_t)`` to a captured value's cotangent at every
-    step (the weight gradients of a recurrent cell: ``x_tᵀ g_t``, ``h_tᵀ g_t``, ``Σ g_t``).
-    Small products one step at a time cost a dispatch each; the sum over the steps is one
-    contraction over the stacked operands, with the step as one more contracting dimension.
-    An operand that is row ``t`` of an array outside the loop (a tape, a scan's input) is
-    read whole from it, one computed in the step is stacked by a new carry, one that does
-    not change is contracted with the stack of the other summed over the steps."""
-    if not isinstance(n, int):  # IREE 3.13 cannot lower a contraction over a run-time size
+def _consumed_rows(loop: ir.Operation, t: ir.Value, n: Count) -> list[ir.Value]:
+    """The reverse ``loop``'s results, without the carries whose step reads row ``t`` and
+    zeroes it (the cotangent of a scan's stacked output, through the adjoint of the
+    ``dynamic_update_slice`` that wrote the row): every step reads a row no step before it
+    zeroed, so the steps read the carry's initial value instead, and the rows are zeroed
+    once after the loop (rows 0..n-1). IREE 3.13 copies a carried tensor that changes,
+    whole, at every iteration: for a scan's output that was O(n²)."""
+    if not isinstance(n, int):
         return list(loop.results)
-    body = loop.regions[1].blocks[0]
-    returned = list(body.operations)[-1].operation.operands
-    plan = []  # (carry, dot op, [(operand, kind, outside array)], row-wise)
-    for p in accumulators:
-        term = _accumulated(returned[p], body.arguments[p], t)
-        if term is None or t.owner.operation.block != body:
+    cond, body = (loop.regions[i].blocks[0] for i in range(2))
+    returned = list(list(body.operations)[-1].operation.operands)
+    outgoing = {}
+    for p, arg in enumerate(body.arguments):
+        new = returned[p]
+        if list(cond.arguments[p].uses) or not (isinstance(new, ir.OpResult) and
+                                                new.owner.name == "stablehlo.dynamic_update_slice"):
             continue
-        dot, rowwise = term
-        sides = []
-        for v in dot.operands:
-            fixed, rows = _outside(v, loop), _stacked(v, t, loop)
-            if fixed is None and isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant":
-                fixed = v  # made in the step (an adjoint's ones): cloned after the loop
-            sides.append((v, "fixed", fixed) if fixed is not None else
-                         (v, "stacked", rows) if rows is not None else (v, "record", None))
-        if all(kind == "fixed" for _, kind, _ in sides) or rowwise and shape(body.arguments[p])[0] != n:
+        write = new.owner.operation
+        reads = [u.owner for u in arg.uses if u.owner != write]
+        if write.operands[0] != arg or not hlo.is_zero_constant(write.operands[1]) or not _row_of(new, t) \
+                or len(list(new.uses)) != 1 or shape(arg)[0] < n \
+                or not all(r.name == "stablehlo.dynamic_slice" and _row_of(r.results[0], t) for r in reads):
             continue
-        plan.append((p, dot, sides, rowwise))
-    if not plan:
+        init = loop.operands[p]
+        for r in reads:
+            r.operands[0] = init
+        new.replace_all_uses_with(arg)
+        discard(write)
+        with ir.InsertionPoint(loop), loop.location:
+            rows = hlo.zeros(tensor_type([n, *shape(init)[1:]], elem(init)))
+            outgoing[p] = hlo.dynamic_update_slice(init, rows, [_scalar(0)] * len(shape(init)))
+    if not outgoing:
         return list(loop.results)
-    records = list(dict.fromkeys(v for _, _, sides, _ in plan for v, kind, _ in sides if kind == "record"))
     m = len(loop.operands)
-    with ir.InsertionPoint(loop), loop.location:
-        new, cond, new_body = hlo.while_([*loop.operands, *[_tape(v, n) for v in records]])
-        with ir.InsertionPoint(cond):
-            hlo.return_(inline_region(loop, 0, list(cond.arguments)[:m]), "stablehlo.return")
-        with ir.InsertionPoint(new_body):
-            args = list(new_body.arguments)
-            copied: list[ir.Operation] = []
-            outs = inline_region(loop, 1, args[:m], copied)
-            old_ops = [o.operation for o in body.operations][:-1]
-            image = {r: c for o, co in zip(old_ops, copied) for r, c in zip(o.results, co.results)}
-            image.update(zip(body.arguments, args[:m]))
-            row, zero = image[t], _scalar(0)
-            for p, *_ in plan:
-                outs[p] = args[p]
-            stacked = [hlo.dynamic_update_slice(tape, hlo.reshape(image[v], [1, *shape(v)]),
-                                                [row] + [zero] * len(shape(v))) for tape, v in zip(args[m:], records)]
-            hlo.return_([*outs, *stacked], "stablehlo.return")
-        results = list(new.results)[:m]
-        whole_of = dict(zip(records, list(new.results)[m:]))
-        for p, dot, sides, rowwise in plan:
-            full = [whole_of[v] if kind == "record" else
-                    whole.owner.operation.clone().results[0]
-                    if isinstance(whole, ir.OpResult) and _inside(whole.owner.operation, loop) else whole
-                    for v, kind, whole in sides]
-            total = _summed(dot, full, [kind != "fixed" for _, kind, _ in sides], rowwise)
-            results[p] = hlo.add(results[p], hlo.reshape(total, shape(results[p])))
-    for old, value in zip(loop.results, results):
-        old.replace_all_uses_with(value)
-    discard(loop)
-    return results
+    kept = [k for k in range(m) if k not in outgoing]
+    new = _keeping(loop, [k not in outgoing for k in range(m)])
+    return [outgoing[k] if k in outgoing else new.results[kept.index(k)] for k in range(m)]
 
 
 def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
@@ -865,9 +775,7 @@ def _while(op, cts):
     # recording need not produce the carries only the forward reads (a scan's output):
     # carrying them would make the enclosing loop record them too.
     prune(recording)
-    accumulators = [1 + i for i, k in enumerate(floats) if k not in varying] + \
-        list(range(1 + len(floats), 1 + len(floats) + len(wrt)))
-    results = _hoisted(loop, t, n, accumulators)[1:]
+    results = _consumed_rows(loop, t, n)[1:]
     d_carry = dict(zip(floats, results[:len(floats)]))
     d_captured = dict(zip(wrt, results[len(floats):]))
     return (*[d_carry.get(k) for k in range(m)], *[d_captured.get(v) for v in captured])

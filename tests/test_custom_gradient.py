@@ -402,7 +402,7 @@ def test_grad_pass_through_variable_assign():
 
 def _cell(h, w):
     z = h @ w
-    return ig.tanh(z) * ig.sigmoid(z @ w)
+    return ig.tanh(z) * ig.sigmoid(z @ w) / (1.0 + ig.reduce_sum(z * z, axis=1, keepdims=True))
 
 
 def test_recompute_grad_has_the_plain_functions_values_and_gradients():
@@ -443,8 +443,8 @@ def test_recompute_grad_differentiates_the_variables_it_reads():
 
 
 def test_recompute_grad_in_a_loop_body_records_its_inputs_only():
-    """300 iterations of a cell: the reverse pass records h, z = h@w and z@w at every step;
-    with the cell under recompute_grad, only h (the others are recomputed from it)."""
+    """300 iterations of a cell: the reverse pass records h and the reduction at every step
+    (the products it recomputes); with the cell under recompute_grad, h only."""
     def run(cell):
         def f(h, w):
             return ig.while_loop(lambda i, h: i < 300, lambda i, h: (i + 1, cell(h, w)), (0, h))[1]
@@ -453,6 +453,6 @@ def test_recompute_grad_in_a_loop_body_records_its_inputs_only():
     args = [np.full((2, 4), 0.1), np.eye(4) * 0.9 + 0.05]
     plain, recomputed = (passes.differentiate(ig.function(run(c)).lower(*args).mlir)
                          for c in (_cell, ig.recompute_grad(_cell)))
-    assert plain.count("stablehlo.dynamic_update_slice") == 3
+    assert plain.count("stablehlo.dynamic_update_slice") == 2
     assert recomputed.count("stablehlo.dynamic_update_slice") == 1
     check_module(ig.function(run(ig.recompute_grad(_cell))).lower(*args).mlir, args)

@@ -265,3 +265,75 @@ def test_checkpointed_second_derivatives_match_the_recorded_ones():
 def test_bad_loop_checkpoints_is_a_value_error(k):
     with pytest.raises(ValueError, match="loop_checkpoints"):
         passes.differentiate(_lowered(rnn, *RNN_ARGS), loop_checkpoints=k)
+
+
+# ----- what the reverse pass carries ------------------------------------------------------
+
+def _scan_lstm(n: int) -> str:
+    """A JAX-style ``lax.scan`` of an LSTM cell over ``n`` steps (batch 2, input 3, hidden 2),
+    stacking h into ``ys`` with ``dynamic_update_slice``; loss ``sum(ys²)``."""
+    def gate(name, lo):
+        return f"%{name} = stablehlo.slice %z [0:2, {lo}:{lo + 2}] : (tensor<2x8xf64>) -> tensor<2x2xf64>"
+    t = "tensor<2x2xf64>"
+    return f"""
+func.func @main(%xs: tensor<{n}x2x3xf64>, %wx: tensor<3x8xf64>, %wh: tensor<2x8xf64>) -> tensor<f64> {{
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %c1 = stablehlo.constant dense<1> : tensor<i32>
+  %n = stablehlo.constant dense<{n}> : tensor<i32>
+  %h0 = stablehlo.constant dense<0.1> : {t}
+  %ys0 = stablehlo.constant dense<0.0> : tensor<{n}x2x2xf64>
+  %r:4 = stablehlo.while(%i = %c0, %h = %h0, %c = %h0, %ys = %ys0) : tensor<i32>, {t}, {t}, tensor<{n}x2x2xf64>
+  cond {{
+    %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  }} do {{
+    %x3 = stablehlo.dynamic_slice %xs, %i, %c0, %c0, sizes = [1, 2, 3] : (tensor<{n}x2x3xf64>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<1x2x3xf64>
+    %x = stablehlo.reshape %x3 : (tensor<1x2x3xf64>) -> tensor<2x3xf64>
+    %a = stablehlo.dot_general %x, %wx, contracting_dims = [1] x [0] : (tensor<2x3xf64>, tensor<3x8xf64>) -> tensor<2x8xf64>
+    %b = stablehlo.dot_general %h, %wh, contracting_dims = [1] x [0] : ({t}, tensor<2x8xf64>) -> tensor<2x8xf64>
+    %z = stablehlo.add %a, %b : tensor<2x8xf64>
+    {gate("gi", 0)}
+    {gate("gf", 2)}
+    {gate("gg", 4)}
+    {gate("go", 6)}
+    %si = stablehlo.logistic %gi : {t}
+    %sf = stablehlo.logistic %gf : {t}
+    %tg = stablehlo.tanh %gg : {t}
+    %so = stablehlo.logistic %go : {t}
+    %ca = stablehlo.multiply %sf, %c : {t}
+    %cb = stablehlo.multiply %si, %tg : {t}
+    %c2 = stablehlo.add %ca, %cb : {t}
+    %tc = stablehlo.tanh %c2 : {t}
+    %h2 = stablehlo.multiply %so, %tc : {t}
+    %h3 = stablehlo.reshape %h2 : ({t}) -> tensor<1x2x2xf64>
+    %ys2 = stablehlo.dynamic_update_slice %ys, %h3, %i, %c0, %c0 : (tensor<{n}x2x2xf64>, tensor<1x2x2xf64>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<{n}x2x2xf64>
+    %i2 = stablehlo.add %i, %c1 : tensor<i32>
+    stablehlo.return %i2, %h2, %c2, %ys2 : tensor<i32>, {t}, {t}, tensor<{n}x2x2xf64>
+  }}
+  %sq = stablehlo.multiply %r#3, %r#3 : tensor<{n}x2x2xf64>
+  %zero = stablehlo.constant dense<0.0> : tensor<f64>
+  %s = stablehlo.reduce(%sq init: %zero) applies stablehlo.add across dimensions = [0, 1, 2] : (tensor<{n}x2x2xf64>, tensor<f64>) -> tensor<f64>
+  return %s : tensor<f64>
+}}
+"""
+
+
+def test_a_scans_reverse_loop_carries_no_tape():
+    """128 steps of an LSTM scan (too long to unroll). The recording loop tapes h and c only:
+    the gate pre-activations (two dot_generals) are recomputed in the reverse step, not
+    taped. The reverse loop reads the cotangent of the stacked output ys row by row without
+    carrying it (each step zeroed the row it read, and no later step reads that row). The
+    four gate cotangents are joined by one concatenate, not summed as pads."""
+    n = 128
+    text = _scan_lstm(n)
+    grad = passes.differentiate(text, "main")
+    body = grad[grad.index("@main_grad("):]
+    assert _whiles(grad, "main_grad") == 2
+    recording, reverse = (part.split("\n")[0] for part in body.split("stablehlo.while")[1:3])
+    assert recording.count(f"tensor<{n}x2x2xf64>") == 3  # ys, the h tape, the c tape
+    assert f"tensor<{n}x2x8xf64>" not in body
+    assert f"tensor<{n}x2x2xf64>" not in reverse
+    assert "stablehlo.concatenate" in body and "stablehlo.pad" not in body
+    rng = np.random.default_rng(3)
+    args = [rng.normal(size=(n, 2, 3)) * 0.5, rng.normal(size=(3, 8)) * 0.4, rng.normal(size=(2, 8)) * 0.4]
+    check_module(text, args)
