@@ -62,6 +62,7 @@ import math
 from collections.abc import Sequence
 
 MAX_UNROLLED_OPS = 2048  # trip count × ops in the loop body
+MAX_UNROLLED_LOOPS = 16  # trip count × loops in the loop body
 MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
 MAX_POOL_TAPS = 64
 MIN_WIDENED_MACS = 1 << 22  # multiply-adds of a product worth widening (200×200×200 is 8M)
@@ -84,9 +85,12 @@ def sum_by_vecmat(x_shape: Sequence[int], dims: Sequence[int], is_float: bool) -
     return is_float and 0 < len(dims) < len(x_shape) and sorted(dims) == list(range(len(dims)))
 
 
-def unroll_loop(trip_count: int, body_ops: int) -> bool:
-    """Differentiate a static-trip-count ``while`` by unrolling it."""
-    return trip_count * body_ops <= MAX_UNROLLED_OPS
+def unroll_loop(trip_count: int, body_ops: int, inner_loops: int = 0) -> bool:
+    """Differentiate a static-trip-count ``while`` by unrolling it (``body_ops`` counts the ops
+    nested in the body's regions too). At most ``MAX_UNROLLED_LOOPS`` copies of inner loops:
+    each is two or three loops of the gradient, and IREE 3.13 fails at run time on 40 copies
+    of a data-dependent one ("binding count 41 > 32"; 12 run)."""
+    return trip_count * body_ops <= MAX_UNROLLED_OPS and trip_count * inner_loops <= MAX_UNROLLED_LOOPS
 
 
 def pool_by_patches(window: Sequence[int], base_dilation: Sequence[int]) -> bool:

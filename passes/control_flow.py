@@ -593,6 +593,19 @@ def _consumed_rows(loop: ir.Operation, t: ir.Value, n: Count) -> list[ir.Value]:
     return [outgoing[k] if k in outgoing else new.results[kept.index(k)] for k in range(m)]
 
 
+def _size(block: ir.Block) -> tuple[int, int]:
+    """(ops, while loops) in ``block``, those nested in its ops' regions included."""
+    ops = loops = 0
+    for o in block.operations:
+        ops += 1
+        loops += o.operation.name == "stablehlo.while"
+        for region in o.operation.regions:
+            for inner in region.blocks:
+                more_ops, more_loops = _size(inner)
+                ops, loops = ops + more_ops, loops + more_loops
+    return ops, loops
+
+
 def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
     """A short loop: n copies of the body replace it, and their adjoint is straight-line code."""
     with ir.InsertionPoint(op):
@@ -728,7 +741,7 @@ def _while(op, cts):
     wrt = _differentiable(captured)
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
-    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, len(op.regions[1].blocks[0].operations)):
+    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, *_size(op.regions[1].blocks[0])):
         return _unrolled(op, cts, n, captured)
     checkpoints = _checkpoints(op, n)
     if n is None:

@@ -88,6 +88,22 @@ def test_nested_loops_whose_inner_count_changes_per_outer_iteration():
     check_fn(f, np.array([0.3, 0.4], F64), np.array([1.3, 1.2], F64))
 
 
+def test_a_long_outer_loop_around_a_data_dependent_loop_is_recorded_not_unrolled():
+    """40 outer iterations: unrolled, they were 120 loops in the gradient and IREE 3.13 failed
+    at run time ("binding count 41 > 32"); a loop holding loops unrolls to 16 copies at most."""
+    def f(x, w):
+        def outer(k, v):
+            kf = ig.cast(k, ig.float64)
+            inner = ig.while_loop(lambda u: ig.reduce_sum(u) < 1.0 + kf, lambda u: u * w + 0.1 * ig.sin(u), v)
+            return k + 1, inner * 0.5
+        return ig.while_loop(lambda k, v: k < 40, outer, (0, x))[1]
+
+    args = [np.array([0.3, 0.4], F64), np.array([1.3, 1.2], F64)]
+    text = _lowered(f, *args)
+    assert _whiles(passes.differentiate(text, "f"), "f_grad") <= 10
+    check_module(text, args)
+
+
 def test_cond_inside_a_data_dependent_loop_and_a_loop_inside_cond():
     def f(x, s):
         def body(v):
