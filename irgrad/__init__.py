@@ -25,6 +25,6 @@ from .higher_order import hessian_vector_product, hessians, jacobian
 from .tape import GradientTape
 from .forwardprop import ForwardAccumulator
 from .pfor import vectorized_map
-from . import math, nn  # noqa: E402
+from . import math, nn, optimizers  # noqa: E402
 
 newaxis = None
