@@ -118,6 +118,9 @@ def _global(
 FUNC_HELP = "The function F to differentiate (default: the module's only public function)."
 WRT_HELP = "Argument indices to differentiate with respect to, e.g. 0,2 (default: every float argument)."
 WITH_VALUE_HELP = "Adjoint functions return F's results first, then the gradients."
+TRAIN_HELP = ("Add @F_train_init(args...) -> state and @F_train_step(args..., state...) -> (F's results, "
+              "updated args[wrt], updated state): one optimizer step per call (sgd, momentum, adam).")
+LR_HELP = "Learning rate for --train (default: the optimizer's Keras default, 0.01 or 0.001 for adam)."
 CHECKPOINTS_HELP = ("Keep K snapshots of each while loop's state (sqrt: about the square root of its trip "
                     "count) and recompute the iterations between them in the reverse pass, instead of "
                     "recording every iteration.")
@@ -138,14 +141,16 @@ def grad(
                                  "Hessian block per wrt argument, instead of @F_grad."),
     loop_checkpoints: str | None = typer.Option(None, "--loop-checkpoints", metavar="K|sqrt",
                                                 help=CHECKPOINTS_HELP),
+    train: str | None = typer.Option(None, "--train", metavar="sgd|momentum|adam", help=TRAIN_HELP),
+    lr: float | None = typer.Option(None, "--lr", metavar="X", help=LR_HELP),
 ) -> None:
     """Add @F_grad (gradient of the sum of F's results) to a StableHLO module.
 
     If the gradient cannot be built, OUT.mlir is not written (an existing one
     is left as it was).
     """
-    write_text(output, adjoints(read_text(source), func, wrt, not (jvp or hessian), vjp, with_value, jvp, hessian,
-                                loop_checkpoints))
+    write_text(output, adjoints(read_text(source), func, wrt, not (jvp or hessian or train), vjp, with_value, jvp,
+                                hessian, loop_checkpoints, train, lr))
 
 
 @app.command()
@@ -182,6 +187,8 @@ def compile_command(
     func: str | None = typer.Option(None, "--func", metavar="NAME", help=FUNC_HELP),
     loop_checkpoints: str | None = typer.Option(None, "--loop-checkpoints", metavar="K|sqrt",
                                                 help=CHECKPOINTS_HELP),
+    train: str | None = typer.Option(None, "--train", metavar="sgd|momentum|adam", help=TRAIN_HELP),
+    lr: float | None = typer.Option(None, "--lr", metavar="X", help=LR_HELP),
     no_cache: bool = typer.Option(False, "--no-cache", help="Compile again even if a cached artifact exists."),
 ) -> None:
     """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact."""
@@ -190,10 +197,11 @@ def compile_command(
             target, cpu=cpu, triple=triple, cuda_arch=cuda_arch, rocm_arch=rocm_arch)
     except ValueError as error:
         raise CLIError(str(error), USAGE) from None
-    if func is not None and not (grad or vjp):
-        raise CLIError("--func needs --grad or --vjp", USAGE)
+    if func is not None and not (grad or vjp or train):
+        raise CLIError("--func needs --grad, --vjp or --train", USAGE)
     text, name = load_source(source)
-    text = adjoints(text, func or name, wrt, grad, vjp, with_value, loop_checkpoints=loop_checkpoints)
+    text = adjoints(text, func or name, wrt, grad, vjp, with_value, loop_checkpoints=loop_checkpoints,
+                    train=train, lr=lr)
     start = time.perf_counter()
     with progress(f"irgrad: compiling {source} for {options.target.value}"):
         artifact = compile_text(text, options, cache=not no_cache)

@@ -169,22 +169,31 @@ def write_text(path: Path | None, text: str) -> None:
 
 
 def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
-             jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None) -> str:
-    """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian added (unchanged when none is asked for).
+             jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None,
+             train: str | None = None, lr: float | None = None) -> str:
+    """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian / @F_train_init and @F_train_step
+    added (unchanged when none is asked for).
 
     ``wrt`` and ``loop_checkpoints`` are the command-line texts (``"0,2"``, ``"sqrt"``);
-    ``with_value``, ``wrt`` and ``loop_checkpoints`` without ``grad``, ``vjp`` or ``jvp``
-    are a usage error.
+    ``with_value``, ``wrt`` and ``loop_checkpoints`` without ``grad``, ``vjp``, ``jvp`` or
+    ``train`` are a usage error, and so are an unknown optimizer and ``lr`` without ``train``.
     """
     checkpoints = parse_checkpoints(loop_checkpoints)
-    if not (grad or vjp or jvp or hessian):
+    if train is not None:
+        try:
+            passes.train.check(train, lr)
+        except ValueError as error:
+            raise CLIError(f"bad --train/--lr: {error}", USAGE) from None
+    elif lr is not None:
+        raise CLIError("--lr needs --train", USAGE)
+    if not (grad or vjp or jvp or hessian or train):
         if with_value or wrt is not None:
             raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)
         if checkpoints is not None:
             raise CLIError("--loop-checkpoints needs --grad or --vjp", USAGE)
         return text
     return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp,
-                                hessian=hessian, loop_checkpoints=checkpoints)
+                                hessian=hessian, loop_checkpoints=checkpoints, train=train, learning_rate=lr)
 
 
 def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:

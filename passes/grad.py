@@ -25,7 +25,7 @@ import numpy as np
 
 from . import hlo
 from .backprop import backprop
-from . import batching, control_flow
+from . import batching, control_flow, train as training
 from .control_flow import Checkpoints
 from .batching import identity, jacobian_rows
 from .forward import jvp as forward_jvp
@@ -194,9 +194,14 @@ def _hessians(wrt: list[int], name: str):
 
 def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] | None = None, *,
                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
-                 hessian: bool = False, loop_checkpoints: Checkpoints = None) -> list[str]:
+                 hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
+                 learning_rate: float | None = None) -> list[str]:
     """Add ``@F_grad`` (and/or ``@F_vjp``, ``@F_jvp``, ``@F_hessian``) for function ``func``
     to ``module`` in place.
+
+    ``train`` (``"sgd"``, ``"momentum"`` or ``"adam"``) adds ``@F_train_init`` and
+    ``@F_train_step`` for a scalar loss ``F``, the parameters being ``args[wrt]``
+    (``passes.train``; ``learning_rate`` None: the optimizer's Keras default).
 
     ``loop_checkpoints``: None records every iteration of a ``while`` loop for its reverse
     pass; ``k`` keeps ``k`` snapshots of its carries (``"sqrt"``: about √n of n iterations)
@@ -223,19 +228,29 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
                 last = _build(module, last, func_op, new_name, (with_value and kind != "hessian") or kind == "jvp",
                               derive)
                 added.append(function_name(last))
+        if train is not None:
+            lr = training.check(train, learning_rate)
+            last = training.add_init(module, last, func_op, f"{name}_train_init", wrt, train)
+            added.append(function_name(last))
+            last = _build(module, last, func_op, f"{name}_train_step", True,
+                          training.step(train, lr, wrt, f"{name}_train_step"))
+            added.append(function_name(last))
     return added
 
 
 def differentiate(text: str, func: str | None = None, wrt: Sequence[int] | None = None, *,
                   grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
-                  hessian: bool = False, loop_checkpoints: Checkpoints = None) -> str:
+                  hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
+                  learning_rate: float | None = None) -> str:
     """Text in, text out: parse a StableHLO module and add its derivative functions
     (``add_adjoints``)."""
     control_flow.check_checkpoints(loop_checkpoints)
+    if train is not None:
+        training.check(train, learning_rate)
     module = parse_module(text)
     verify(module, "input module")
     add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian,
-                 loop_checkpoints=loop_checkpoints)
+                 loop_checkpoints=loop_checkpoints, train=train, learning_rate=learning_rate)
     return module.operation.get_asm(enable_debug_info=False)
 
 

@@ -597,7 +597,7 @@ def test_compile_again_hits_the_cache(work, cpu_compile):
     (["--target", "vulkan", "--cpu", "generic"], "--cpu applies to target llvm-cpu only, not vulkan-spirv"),
     (["--target", "cuda", "--cuda-arch", "90"], "bad cuda_arch '90'"),
     (["--triple", "sparc-sun-solaris"], "bad triple"),
-    (["--func", "f"], "--func needs --grad or --vjp"),
+    (["--func", "f"], "--func needs --grad, --vjp or --train"),
 ])
 def test_compile_usage_errors(work, tmp_path, args, message):
     out = tmp_path / "x.vmfb"

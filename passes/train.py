@@ -1,0 +1,93 @@
+"""Training steps for any producer's scalar loss ``F``: ``@F_train_init`` and ``@F_train_step``.
+
+``@F_train_init(args...) -> (state...)`` and
+``@F_train_step(args..., state...) -> (F's results..., updated args[wrt]..., updated state...)``:
+one call is one optimizer step (forward, gradient, update), with Keras 3's rules, the same
+as ``ig.optimizers``. The state is a step counter (``tensor<i32>``, Keras's ``iterations``)
+and then the optimizer's slots, one per parameter and slot kind in ``STATE``'s order.
+"""
+from __future__ import annotations
+
+from . import hlo
+from .backprop import backprop
+from .mlir import elem, ir, is_float, shape, tensor_type
+
+# The slots each optimizer keeps per parameter, in the state's order after the counter.
+STATE = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v")}
+LEARNING_RATE = {"sgd": 0.01, "momentum": 0.01, "adam": 0.001}
+MOMENTUM, BETA_1, BETA_2, EPSILON = 0.9, 0.9, 0.999, 1e-7
+
+
+def check(optimizer: str, learning_rate: float | None) -> float:
+    """The learning rate to use (the optimizer's default when None); ValueError for an
+    unknown optimizer or a rate that is not a positive number."""
+    if optimizer not in STATE:
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(STATE)}")
+    lr = LEARNING_RATE[optimizer] if learning_rate is None else learning_rate
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"learning rate must be a positive number, got {learning_rate!r}")
+    return float(lr)
+
+
+def state_types(xs: list[ir.Value], optimizer: str) -> list[ir.Type]:
+    counter = tensor_type([], ir.IntegerType.get_signless(32))
+    return [counter, *[x.type for _ in STATE[optimizer] for x in xs]]
+
+
+def step(optimizer: str, learning_rate: float, wrt: list[int], name: str):
+    """``_build``'s derive function for ``@F_train_step``."""
+    def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
+        floats = [y for y in ys if is_float(y)]
+        if len(floats) != 1 or shape(floats[0]) != ():
+            raise ValueError(f"a training step needs a scalar float loss; @{name.removesuffix('_train_step')} "
+                             f"returns {', '.join(str(y.type) for y in ys) or 'nothing'}")
+        xs = [block.arguments[i] for i in wrt]
+        counter, *slots = [block.add_argument(t, loc) for t in state_types(xs, optimizer)]
+        grads = backprop(floats, [hlo.ones(floats[0].type)], xs, name=name)
+        grads = [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
+        per_kind = [slots[k * len(xs):(k + 1) * len(xs)] for k in range(len(STATE[optimizer]))]
+        new_params, new_slots = [], [[] for _ in per_kind]
+        for i, (x, g) in enumerate(zip(xs, grads)):
+            param, kept = _update(optimizer, learning_rate, x, g, [s[i] for s in per_kind], counter)
+            new_params.append(param)
+            for out, s in zip(new_slots, kept):
+                out.append(s)
+        one = hlo.splat(1, counter.type)
+        return [*new_params, hlo.add(counter, one), *[s for kind in new_slots for s in kind]]
+    return derive
+
+
+def _update(optimizer: str, lr: float, x: ir.Value, g: ir.Value, slots: list[ir.Value],
+            counter: ir.Value) -> tuple[ir.Value, list[ir.Value]]:
+    def c(value: float) -> ir.Value:
+        return hlo.splat(value, x.type)
+    if optimizer == "sgd":
+        return hlo.subtract(x, hlo.multiply(g, c(lr))), []
+    if optimizer == "momentum":  # m = momentum·m - lr·g; w += m
+        m = hlo.subtract(hlo.multiply(slots[0], c(MOMENTUM)), hlo.multiply(g, c(lr)))
+        return hlo.add(x, m), [m]
+    # Adam: alpha = lr·√(1 - β2^t) / (1 - β1^t) at step t = counter + 1
+    scalar = tensor_type([], elem(x))
+    t = hlo.convert(hlo.add(counter, hlo.splat(1, counter.type)), elem(x))
+
+    def one_minus_power(beta: float) -> ir.Value:
+        return hlo.subtract(hlo.splat(1.0, scalar), hlo.binary("stablehlo.power", hlo.splat(beta, scalar), t))
+    alpha = hlo.divide(hlo.multiply(hlo.splat(lr, scalar), hlo.unary("stablehlo.sqrt", one_minus_power(BETA_2))),
+                       one_minus_power(BETA_1))
+    m = hlo.add(slots[0], hlo.multiply(hlo.subtract(g, slots[0]), c(1.0 - BETA_1)))
+    v = hlo.add(slots[1], hlo.multiply(hlo.subtract(hlo.multiply(g, g), slots[1]), c(1.0 - BETA_2)))
+    scaled = hlo.multiply(m, hlo.broadcast_in_dim(alpha, shape(x), []))
+    return hlo.subtract(x, hlo.divide(scaled, hlo.add(hlo.unary("stablehlo.sqrt", v), c(EPSILON)))), [m, v]
+
+
+def add_init(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str, wrt: list[int],
+             optimizer: str) -> ir.Operation:
+    """``@new_name(F's args...) -> (state...)``: the counter and every slot at zero."""
+    args = list(func_op.regions[0].blocks[0].arguments)
+    types = state_types([args[i] for i in wrt], optimizer)
+    with ir.InsertionPoint(module.body), func_op.location:
+        op, block = hlo.func(new_name, [a.type for a in args], types)
+        with ir.InsertionPoint(block):
+            hlo.return_([hlo.zeros(t) for t in types])
+    op.move_after(after)
+    return op
