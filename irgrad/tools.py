@@ -265,6 +265,10 @@ def describe_artifact(path: Path, size: int, metadata: dict) -> str:
     lines = [f"{path}: {size:,} bytes"]
     lines += [f"  {key + ':':<15}{value}" for key, value in fields]
     lines += ["functions:", *signature_lines(signatures_from_metadata(metadata))]
+    for name, train in (metadata.get("training") or {}).items():
+        lines.append(f"training step {name}: {train['optimizer']}, learning rate {train['learning_rate']:g}, "
+                     f"parameters args {', '.join(map(str, train['params']))}")
+        lines.append(f"  state: {', '.join(train['state'])}")
     return "\n".join(lines)
 
 

@@ -234,6 +234,7 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
             added.append(function_name(last))
             last = _build(module, last, func_op, f"{name}_train_step", True,
                           training.step(train, lr, wrt, f"{name}_train_step"))
+            last.attributes[training.LAYOUT_KEY] = ir.StringAttr.get(training.layout(train, lr, wrt))
             added.append(function_name(last))
     return added
 

@@ -8,6 +8,8 @@ and then the optimizer's slots, one per parameter and slot kind in ``STATE``'s o
 """
 from __future__ import annotations
 
+import json
+
 from . import hlo
 from .backprop import backprop
 from .mlir import elem, ir, is_float, shape, tensor_type
@@ -27,6 +29,17 @@ def check(optimizer: str, learning_rate: float | None) -> float:
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise ValueError(f"learning rate must be a positive number, got {learning_rate!r}")
     return float(lr)
+
+
+# The attribute of @F_train_step that describes it (copied into the artifact's metadata).
+LAYOUT_KEY = "irgrad.train"
+
+
+def layout(optimizer: str, learning_rate: float, wrt: list[int]) -> str:
+    """JSON: the optimizer, its learning rate, the parameters (argument indices) and what each
+    state entry is (``"step"``, ``"m[arg 0]"``...)."""
+    state = ["step", *[f"{kind}[arg {i}]" for kind in STATE[optimizer] for i in wrt]]
+    return json.dumps({"optimizer": optimizer, "learning_rate": learning_rate, "params": list(wrt), "state": state})
 
 
 def state_types(xs: list[ir.Value], optimizer: str) -> list[ir.Type]:

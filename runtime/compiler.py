@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifact import Artifact, atomic_write
-from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, read_metadata, seal
+from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target
 from ..boundary import parse
@@ -202,6 +202,7 @@ def _annotate(
     }
     info_json = json.dumps(info, sort_keys=True)
     functions: dict[str, Any] = {}
+    training: dict[str, Any] = {}
     with ir.Context() as context:
         module = parse(mlir_text, context)
         for func in public_functions(module):
@@ -213,6 +214,9 @@ def _annotate(
                 entries = {old[i].name: old[i].attr for i in range(len(old))}
             entries[SIGNATURE_KEY] = ir.StringAttr.get(json.dumps(signature.to_json()))
             entries[ARTIFACT_KEY] = ir.StringAttr.get(info_json)
+            if TRAIN_KEY in func.attributes:
+                entries[TRAIN_KEY] = func.attributes[TRAIN_KEY]
+                training[signature.name] = json.loads(ir.StringAttr(func.attributes[TRAIN_KEY]).value)
             func.attributes["iree.reflection"] = ir.DictAttr.get(entries)
         if not functions:
             raise CompileError("the module has no public function to compile")
@@ -220,7 +224,7 @@ def _annotate(
         name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else "module"
         # Debug info keeps every location of the original text ("-":line:col).
         text = module.operation.get_asm(enable_debug_info=True)
-    metadata = {**info, "module": name, "functions": functions}
+    metadata = {**info, "module": name, "functions": functions, "training": training}
     return text, metadata
 
 

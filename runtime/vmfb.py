@@ -28,6 +28,7 @@ __all__ = ["executable_formats", "read_metadata", "read_sidecar", "seal", "signa
 SCHEMA = 1
 SIGNATURE_KEY = "irgrad.signature"
 ARTIFACT_KEY = "irgrad.artifact"
+TRAIN_KEY = "irgrad.train"  # a training step's state layout (passes.train), on its function
 SIDECAR_SUFFIX = ".json"
 
 # Executable format name -> compile target, for artifacts without metadata.
@@ -150,6 +151,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
     """
     module = module if module is not None else vm_module(data)
     functions: dict[str, Any] = {}
+    training: dict[str, Any] = {}
     embedded: dict[str, Any] | None = None
     for fn in exported_functions(module):
         reflection = fn.reflection
@@ -163,6 +165,8 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
                 raise ArtifactError(f"cannot read the signature of {fn.name!r}: {error}") from None
         if embedded is None and ARTIFACT_KEY in reflection:
             embedded = json.loads(reflection[ARTIFACT_KEY])
+        if TRAIN_KEY in reflection:
+            training[fn.name] = json.loads(reflection[TRAIN_KEY])
     info = embedded or sidecar or {}
     return {
         "schema": info.get("schema", SCHEMA),
@@ -173,6 +177,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
         "iree_compiler": info.get("iree_compiler"),
         "producer": info.get("producer"),
         "functions": functions,
+        "training": training,
     }
 
 

@@ -152,6 +152,13 @@ def test_train_from_the_command_line(tmp_path):
     assert "@_lambda__grad(" not in result.stdout
     assert runner.invoke(app, ["grad", str(src), "--train", "rmsprop"]).exit_code == 2
     assert runner.invoke(app, ["grad", str(src), "--lr", "0.1"]).exit_code == 2
+    artifact = tmp_path / "train.vmfb"
+    compiled = runner.invoke(app, ["compile", str(src), "--train", "adam", "--wrt", "0,1", "-o", str(artifact)])
+    assert compiled.exit_code == 0, compiled.output
+    shown = runner.invoke(app, ["inspect", str(artifact)])
+    assert "training step _lambda__train_step: adam, learning rate 0.001, parameters args 0, 1" in shown.stdout
+    assert "state: step, m[arg 0], m[arg 1], v[arg 0], v[arg 1]" in shown.stdout
+    assert ig.load(str(artifact)).metadata["training"]["_lambda__train_step"]["params"] == [0, 1]
     vector = tmp_path / "vector.mlir"
     vector.write_text(ig.function(lambda w: w * 2.0).lower(W0).mlir)
     bad = runner.invoke(app, ["grad", str(vector), "--train", "sgd"])
