@@ -74,34 +74,32 @@ def test_vector_state_with_a_reduction_in_the_condition_and_a_capture():
     check_fn(f, np.array([0.2, -0.5, 0.1], F64), np.array([0.7, 0.4, -0.9], F64))
 
 
-def test_nested_loops_whose_inner_count_changes_per_outer_iteration():
-    """The inner loop runs until its state passes a threshold that grows with the outer
-    counter: 1, 2, 3... inner steps, a different count every outer iteration."""
+def nested(steps: int):
+    """``steps`` outer iterations around an inner loop that runs until its state passes a
+    threshold growing with the outer counter: 1, 2, 3... inner steps, a different count every
+    outer iteration."""
     def f(x, w):
         def outer(k, v):
             kf = ig.cast(k, ig.float64)
             inner = ig.while_loop(lambda u: ig.reduce_sum(u) < 1.0 + kf, lambda u: u * w + 0.1 * ig.sin(u), v)
             return k + 1, inner * 0.5
-        _, out = ig.while_loop(lambda k, v: k < 3, outer, (0, x))
-        return out
+        return ig.while_loop(lambda k, v: k < steps, outer, (0, x))[1]
+    return f
 
-    check_fn(f, np.array([0.3, 0.4], F64), np.array([1.3, 1.2], F64))
+
+NESTED_ARGS = [np.array([0.3, 0.4], F64), np.array([1.3, 1.2], F64)]
+
+
+def test_nested_loops_whose_inner_count_changes_per_outer_iteration():
+    check_fn(nested(3), *NESTED_ARGS)
 
 
 def test_a_long_outer_loop_around_a_data_dependent_loop_is_recorded_not_unrolled():
     """40 outer iterations: unrolled, they were 120 loops in the gradient and IREE 3.13 failed
     at run time ("binding count 41 > 32"); a loop holding loops unrolls to 16 copies at most."""
-    def f(x, w):
-        def outer(k, v):
-            kf = ig.cast(k, ig.float64)
-            inner = ig.while_loop(lambda u: ig.reduce_sum(u) < 1.0 + kf, lambda u: u * w + 0.1 * ig.sin(u), v)
-            return k + 1, inner * 0.5
-        return ig.while_loop(lambda k, v: k < 40, outer, (0, x))[1]
-
-    args = [np.array([0.3, 0.4], F64), np.array([1.3, 1.2], F64)]
-    text = _lowered(f, *args)
-    assert _whiles(passes.differentiate(text, "f"), "f_grad") <= 10
-    check_module(text, args)
+    text = _lowered(nested(40), *NESTED_ARGS)
+    assert _whiles(passes.differentiate(text), "f_grad") <= 10
+    check_module(text, NESTED_ARGS)
 
 
 def test_cond_inside_a_data_dependent_loop_and_a_loop_inside_cond():
@@ -254,16 +252,8 @@ def test_checkpointed_data_dependent_and_nested_loops():
     args = [np.array([0.02, 0.03, 0.01], F64), np.array([1.25, 1.2, 1.3], F64)]
     check_module(_lowered(grow_until_threshold, *args), args, loop_checkpoints="sqrt")
 
-    def nested(x, w):  # 12 outer iterations: recorded, not unrolled; inner counts 1, 2, 3...
-        def outer(k, v):
-            kf = ig.cast(k, ig.float64)
-            inner = ig.while_loop(lambda u: ig.reduce_sum(u) < 1.0 + kf, lambda u: u * w + 0.1 * ig.sin(u), v)
-            return k + 1, inner * 0.5
-        return ig.while_loop(lambda k, v: k < 12, outer, (0, x))[1]
-
-    args = [np.array([0.3, 0.4], F64), np.array([1.3, 1.2], F64)]
-    for k in (2, "sqrt"):
-        check_module(_lowered(nested, *args), args, loop_checkpoints=k)
+    for k in (2, "sqrt"):  # 12 outer iterations, checkpointed
+        check_module(_lowered(nested(12), *NESTED_ARGS), NESTED_ARGS, loop_checkpoints=k)
 
 
 def test_checkpointed_second_derivatives_match_the_recorded_ones():
