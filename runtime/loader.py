@@ -25,6 +25,7 @@ from .devices import Device, compiled_in_drivers, get_device
 from .errors import ArtifactError, DeviceError, iree_message
 from .options import Target
 from .signature import Signature, TensorType
+from .trainer import Trainer
 
 __all__ = ["load", "Module", "Function"]
 
@@ -97,34 +98,43 @@ class Function:
             TypeError: wrong number of arguments, or an array of the wrong dtype.
             ValueError: an argument of the wrong shape.
         """
-        import iree.runtime as rt
-
         sig = self.signature
         if len(args) != len(sig.inputs):
             raise TypeError(f"{sig.name} expects {len(sig.inputs)} arguments, got {len(args)}")
-        arrays = [self._check(i, arg, t) for i, (arg, t) in enumerate(zip(args, sig.inputs))]
+        views = self._invoke([self._upload(i, arg) for i, arg in enumerate(args)])
+        return [self._download(view, t) for view, t in zip(views, sig.outputs)]
 
-        device = self._module._device
-        hal = device.hal_device
-        arg_list = rt.VmVariantList(len(arrays))
-        for array, t in zip(arrays, sig.inputs):
-            storage, element_type = _element_types()[t.dtype]
-            # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
-            host = np.asarray(array, order="C").view(storage)
-            arg_list.push_ref(
-                hal.allocator.allocate_buffer_copy(
-                    memory_type=rt.MemoryType.DEVICE_LOCAL,
-                    allowed_usage=rt.BufferUsage.DEFAULT,
-                    device=hal,
-                    buffer=host,
-                    element_type=element_type,
-                )
-            )
-        ret_list = rt.VmVariantList(len(sig.outputs))
+    def _upload(self, index: int, arg: Any) -> Any:
+        """Argument ``index`` checked and copied into a device buffer view."""
+        import iree.runtime as rt
+
+        t = self.signature.inputs[index]
+        array = self._check(index, arg, t)
+        hal = self._module._device.hal_device
+        storage, element_type = _element_types()[t.dtype]
+        # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
+        host = np.asarray(array, order="C").view(storage)
+        return hal.allocator.allocate_buffer_copy(
+            memory_type=rt.MemoryType.DEVICE_LOCAL,
+            allowed_usage=rt.BufferUsage.DEFAULT,
+            device=hal,
+            buffer=host,
+            element_type=element_type,
+        )
+
+    def _invoke(self, views: list[Any]) -> list[Any]:
+        """Runs the function on device buffer views; its results as device buffer views."""
+        import iree.runtime as rt
+
+        arg_list = rt.VmVariantList(len(views))
+        for view in views:
+            arg_list.push_ref(view)
+        ret_list = rt.VmVariantList(len(self.signature.outputs))
         self._module._context.invoke(self._vm_function, arg_list, ret_list)
-        return [
-            _to_numpy(hal, ret_list.get_as_object(i, rt.HalBufferView), t) for i, t in enumerate(sig.outputs)
-        ]
+        return [ret_list.get_as_object(i, rt.HalBufferView) for i in range(len(self.signature.outputs))]
+
+    def _download(self, view: Any, t: TensorType) -> np.ndarray:
+        return _to_numpy(self._module._device.hal_device, view, t)
 
     def _check(self, index: int, arg: Any, want: TensorType) -> np.ndarray:
         where = f"{self.signature.name} argument {index}"
@@ -244,6 +254,11 @@ class Module:
 
     def __contains__(self, name: object) -> bool:
         return name in self.functions
+
+    def trainer(self, params, function: str | None = None):
+        """A ``Trainer`` on this module's training step (``function``: its name, needed when
+        the module has several), starting from ``params`` (the arrays of ``args[wrt]``)."""
+        return Trainer(self, params, function)
 
     def __iter__(self):
         return iter(self.functions)

@@ -163,3 +163,91 @@ def test_train_from_the_command_line(tmp_path):
     vector.write_text(ig.function(lambda w: w * 2.0).lower(W0).mlir)
     bad = runner.invoke(app, ["grad", str(vector), "--train", "sgd"])
     assert bad.exit_code == 1 and "scalar float loss" in bad.output
+
+
+# ----- Module.trainer: state on the device, atomic checkpoints --------------------------------
+
+@pytest.fixture(scope="module")
+def train_artifact(tmp_path_factory):
+    path = tmp_path_factory.mktemp("train") / "train.vmfb"
+    text = ig.passes.differentiate(_loss_module(), wrt=[0, 1], grad=False, train="adam", learning_rate=0.05)
+    ig.compile(text).save(path)
+    return path
+
+
+def test_trainer_steps_on_the_device_as_the_host_loop_does(train_artifact):
+    module = ig.load(str(train_artifact))
+    trainer = module.trainer([W0, B0])
+    step = module["_lambda__train_step"]
+    params, state = [W0, B0], module["_lambda__train_init"].call_flat(W0, B0, X, Y)
+    for _ in range(20):
+        loss, *rest = step.call_flat(*params, X, Y, *state)
+        params, state = rest[:2], rest[2:]
+        assert float(trainer.step(X, Y)) == float(loss)
+    for got, want in zip(trainer.params() + trainer.state(), params + state):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_trainer_checkpoints_round_trip_and_refuse_bad_files(train_artifact, tmp_path):
+    module = ig.load(str(train_artifact))
+    trainer = module.trainer([W0, B0])
+    for _ in range(5):
+        trainer.step(X, Y)
+    trainer.save(tmp_path / "ckpt.npz")
+    saved = trainer.params() + trainer.state()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.npz"]
+    again = module.trainer([W0 * 0, B0 * 0])
+    again.restore(tmp_path / "ckpt.npz")
+    for got, want in zip(again.params() + again.state(), saved):
+        np.testing.assert_array_equal(got, want)
+    assert float(again.step(X, Y)) == float(trainer.step(X, Y))
+
+    with np.load(tmp_path / "ckpt.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["a0"] = arrays["a0"] + 1.0  # damaged data, manifest kept
+    np.savez(tmp_path / "damaged.npz", **arrays)
+    with pytest.raises(ValueError, match="damaged"):
+        again.restore(tmp_path / "damaged.npz")
+    (tmp_path / "garbage.npz").write_bytes(b"not a zip at all")
+    (tmp_path / "half.npz").write_bytes((tmp_path / "ckpt.npz").read_bytes()[:200])
+    for bad in ("garbage.npz", "half.npz", "missing.npz"):
+        with pytest.raises(ValueError, match="not a checkpoint of _lambda__train_step"):
+            again.restore(tmp_path / bad)
+    other = ig.compile(ig.passes.differentiate(_loss_module(), wrt=[0, 1], grad=False, train="sgd")).load()
+    with pytest.raises(ValueError, match="saved from"):
+        other.trainer([W0, B0]).restore(tmp_path / "ckpt.npz")
+    for got, want in zip(again.params(), saved):  # refused files changed nothing
+        assert got.shape == want.shape
+
+
+def test_a_save_killed_midway_leaves_the_previous_checkpoint(train_artifact, tmp_path):
+    """A process saving in a loop is SIGKILLed at different moments: the checkpoint always
+    restores (one of the saved versions, never a torn file)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    ckpt = tmp_path / "ckpt.npz"
+    script = f"""
+import numpy as np, irgrad as ig
+X, Y = np.load({str(tmp_path / 'xy.npz')!r})['x'], np.load({str(tmp_path / 'xy.npz')!r})['y']
+t = ig.load({str(train_artifact)!r}).trainer([np.load({str(tmp_path / 'xy.npz')!r})['w'], np.zeros(2, np.float32)])
+while True:
+    t.step(X, Y)
+    t.save({str(ckpt)!r})
+"""
+    np.savez(tmp_path / "xy.npz", x=X, y=Y, w=W0)
+    trainer = ig.load(str(train_artifact)).trainer([W0, B0])
+    for delay in (0.05, 0.13, 0.31):
+        before = ckpt.stat().st_mtime_ns if ckpt.exists() else None
+        proc = subprocess.Popen([sys.executable, "-c", script])
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and (not ckpt.exists() or ckpt.stat().st_mtime_ns == before):
+                time.sleep(0.005)
+            assert proc.poll() is None, "the saving process ended by itself"
+            time.sleep(delay)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        trainer.restore(ckpt)
