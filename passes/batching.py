@@ -30,7 +30,7 @@ import numpy as np
 from . import hlo
 from .backprop import op_inputs
 from .mlir import elem, ir, shape, tensor_type
-from .regions import discard, lookup_function, module_of
+from .regions import discard, lookup_function, module_of, nested_ops
 
 Value = ir.Value
 
@@ -60,14 +60,6 @@ def batching(*names: str) -> Callable[[BatchingRule], BatchingRule]:
 
 def attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
     return {k: op.attributes[k] for k in op.attributes}
-
-
-def _walk(op: ir.Operation):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield inner.operation
-                yield from _walk(inner.operation)
 
 
 class Batcher:
@@ -137,7 +129,7 @@ class Batcher:
         clone = op.clone()
         for i, v in enumerate(op.operands):
             clone.operands[i] = self.get(v)
-        for inner in _walk(clone):
+        for inner in nested_ops(clone):
             for i, v in enumerate(inner.operands):
                 if v in self.env:
                     inner.operands[i] = self.env[v]

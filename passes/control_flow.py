@@ -52,7 +52,7 @@ from contextvars import ContextVar
 import numpy as np
 
 from . import hlo
-from .regions import discard, inline_region
+from .regions import discard, inline_region, nested_ops
 from .backprop import backprop, backprop_local, captured_values, op_inputs
 from .choices import unroll_loop
 from .mlir import elem, ir, is_float, shape, tensor_type
@@ -388,9 +388,8 @@ _IMPURE = {f"stablehlo.{name}" for name in (
     "all_to_all", "collective_permute", "reduce_scatter")}
 
 
-def _uses_impure(block: ir.Block) -> bool:
-    return any(o.operation.name in _IMPURE or any(_uses_impure(b) for r in o.operation.regions for b in r.blocks)
-               for o in block.operations)
+def _uses_impure(loop: ir.Operation) -> bool:
+    return any(o.name in _IMPURE for o in nested_ops(loop))
 
 
 def _live_carries(loop: ir.Operation) -> list[bool]:
@@ -419,7 +418,7 @@ def prune(loop: ir.Operation) -> ir.Operation:
     """``loop`` without the carries that do not matter (``_live_carries``): a loop in their
     place that carries the others (``loop`` itself when every carry matters)."""
     live = _live_carries(loop)
-    if all(live) or _uses_impure(loop.regions[1].blocks[0]):
+    if all(live) or _uses_impure(loop):
         return loop
     return _keeping(loop, live)
 
@@ -593,17 +592,10 @@ def _consumed_rows(loop: ir.Operation, t: ir.Value, n: Count) -> list[ir.Value]:
     return [outgoing[k] if k in outgoing else new.results[kept.index(k)] for k in range(m)]
 
 
-def _size(block: ir.Block) -> tuple[int, int]:
-    """(ops, while loops) in ``block``, those nested in its ops' regions included."""
-    ops = loops = 0
-    for o in block.operations:
-        ops += 1
-        loops += o.operation.name == "stablehlo.while"
-        for region in o.operation.regions:
-            for inner in region.blocks:
-                more_ops, more_loops = _size(inner)
-                ops, loops = ops + more_ops, loops + more_loops
-    return ops, loops
+def _size(op: ir.Operation) -> tuple[int, int]:
+    """(ops, while loops) in the body of loop ``op``, those nested in its ops' regions included."""
+    body = [o for top in op.regions[1].blocks[0].operations for o in (top.operation, *nested_ops(top.operation))]
+    return len(body), sum(o.name == "stablehlo.while" for o in body)
 
 
 def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
@@ -741,7 +733,7 @@ def _while(op, cts):
     wrt = _differentiable(captured)
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
-    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, *_size(op.regions[1].blocks[0])):
+    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, *_size(op)):
         return _unrolled(op, cts, n, captured)
     checkpoints = _checkpoints(op, n)
     if n is None:

@@ -18,7 +18,7 @@ IREE compiles it by inlining the decomposition):
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from . import hlo
 from .backprop import backprop_local
@@ -151,6 +151,15 @@ composite_tangent(CUSTOM_GRADIENT)(by_transposition)
 def _decomposition_tangent(op, ts):
     """recompute the decomposition here and carry the tangents through it"""
     return jvp(_decomposition(op), list(op.operands), list(ts), in_place=in_place(), name=composite_name(op))
+
+
+def nested_ops(op: ir.Operation) -> Iterator[ir.Operation]:
+    """Every op inside ``op``'s regions, at any depth, outer ones first."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from nested_ops(inner.operation)
 
 
 def discard(op: ir.Operation) -> None:
