@@ -150,8 +150,11 @@ def test_train_from_the_command_line(tmp_path):
     assert result.exit_code == 0, result.output
     assert "@_lambda__train_init(" in result.stdout and "@_lambda__train_step(" in result.stdout
     assert "@_lambda__grad(" not in result.stdout
-    assert runner.invoke(app, ["grad", str(src), "--train", "rmsprop"]).exit_code == 2
-    assert runner.invoke(app, ["grad", str(src), "--lr", "0.1"]).exit_code == 2
+    for args, message in ((["--train", "rmsprop"], "unknown optimizer 'rmsprop'"),
+                          (["--train", "sgd", "--lr", "0"], "learning rate must be a positive number"),
+                          (["--lr", "0.1"], "--lr needs --train")):
+        refused = runner.invoke(app, ["grad", str(src), *args])
+        assert refused.exit_code == 2 and message in refused.output, refused.output
     artifact = tmp_path / "train.vmfb"
     compiled = runner.invoke(app, ["compile", str(src), "--train", "adam", "--wrt", "0,1", "-o", str(artifact)])
     assert compiled.exit_code == 0, compiled.output
@@ -251,3 +254,17 @@ while True:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         trainer.restore(ckpt)
+
+
+def test_trainer_refuses_wrong_arguments(train_artifact):
+    module = ig.load(str(train_artifact))
+    with pytest.raises(TypeError, match=r"expected 2 parameter arrays \(args 0, 1\), got 1"):
+        module.trainer([W0])
+    with pytest.raises(ValueError, match="'_lambda_' is not a training step of this module"):
+        module.trainer([W0, B0], function="_lambda_")
+    trainer = module.trainer([W0, B0])
+    with pytest.raises(TypeError, match=r"a step takes 2 data arrays \(args 2, 3\), got 1"):
+        trainer.step(X)
+    plain = ig.compile(_loss_module()).load()
+    with pytest.raises(ValueError, match="0 training steps; choose one with function="):
+        plain.trainer([W0, B0])
