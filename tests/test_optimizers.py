@@ -7,6 +7,9 @@ import pytest
 
 import irgrad as ig
 
+from foreign import numbered
+from test_jax_fixtures import JAX
+
 RNG = np.random.default_rng(7)
 X = RNG.normal(size=(8, 3)).astype(np.float32)
 Y = (X @ np.array([[1.0, -2.0], [0.5, 0.3], [-1.0, 0.8]]) + 0.4).astype(np.float32)
@@ -136,6 +139,31 @@ def test_a_train_step_is_the_optimizers_step(optimizer, make):
         loss, *rest = step.call_flat(*params, X, Y, *state)
         params, state = rest[:2], rest[2:]
     assert float(loss) < first / 10
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_a_jax_modules_first_step_is_the_rule_applied_to_jaxs_gradient(optimizer):
+    """A training step for another producer's loss (JAX's CNN classifier): the first step from
+    @main_train_init moves each parameter by Keras's rule applied to jax.grad's gradient."""
+    data = JAX.data("cnn_classifier")
+    args, grads = numbered(data, "arg"), numbered(data, "grad")
+    wrt, lr = [1, 2, 3, 4], 0.05
+    module = ig.compile(ig.passes.differentiate(JAX.text("cnn_classifier"), wrt=wrt, grad=False, train=optimizer,
+                                                learning_rate=lr)).load()
+    state = module["main_train_init"].call_flat(*args)
+    loss, *rest = module["main_train_step"].call_flat(*args, *state)
+    np.testing.assert_allclose(loss, data["out0"], rtol=1e-5)
+    assert int(rest[len(wrt)]) == 1
+    for i, got in zip(wrt, rest):
+        g = grads[i].astype(np.float64)
+        if optimizer == "sgd":
+            step = -lr * g
+        elif optimizer == "momentum":
+            step = -lr * g  # the velocity starts at 0: 0.9 * 0 - lr * g
+        else:
+            m, v = 0.1 * g, 0.001 * g * g
+            step = -m * (lr * np.sqrt(0.001) / 0.1) / (np.sqrt(v) + 1e-7)
+        np.testing.assert_allclose(got - args[i], step, rtol=2e-3, atol=1e-6 + 1e-5 * np.abs(args[i]).max())
 
 
 def test_train_from_the_command_line(tmp_path):
