@@ -27,13 +27,14 @@ from typer.core import TyperGroup
 
 import irgrad
 from irgrad import runtime
-from irgrad.function import compile_text
-from irgrad.runtime.vmfb import read_sidecar
+from irgrad.runtime.vmfb import read_sidecar, signatures_from_metadata
 from irgrad.runtime.profile import profile_dispatches
-from irgrad.tools import (FAILURE, USAGE, CLIError, adjoints, describe_artifact, describe_targets, load_source,
-                          one_line, pick_function, progress, read_text, signature_lines, write_text)
+from irgrad.tools import (FAILURE, SOURCE, USAGE, CLIError, adjoints, argument_lines, compile_blaming,
+                          describe_artifact, describe_targets, load_source, located, one_line, pick_function,
+                          progress, read_mlir, signature_lines, with_file_locations, write_text)
 from irgrad.tools import parse_wrt  # noqa: F401  (re-exported: benchmarks/profile.py imports it from here)
-from irgrad.values import parse_input, parse_output, report_results
+from irgrad.viz import function_graph, module_graph, render
+from irgrad.values import arguments_from_npz, parse_input, parse_output, report_results
 
 
 class _State:
@@ -47,7 +48,7 @@ MAX_MESSAGE = 800
 def _fail(message: str, code: int) -> int:
     if len(message) > MAX_MESSAGE:
         message = message[:MAX_MESSAGE] + "... (cut; 'irgrad --debug' shows all of it)"
-    sys.stderr.write(f"irgrad: error: {message}\n")
+    sys.stderr.write(f"irgrad: error: {located(message)}\n")
     sys.stderr.flush()
     return code
 
@@ -57,6 +58,7 @@ class _Group(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         _State.debug = False
+        SOURCE.set(None)
         try:
             result = super().main(args, prog_name or "irgrad", complete_var, standalone_mode=False, **extra)
             code = result if isinstance(result, int) else 0
@@ -116,7 +118,8 @@ def _global(
 # ----- grad / emit ----------------------------------------------------------------------
 
 FUNC_HELP = "The function F to differentiate (default: the module's only public function)."
-WRT_HELP = "Argument indices to differentiate with respect to, e.g. 0,2 (default: every float argument)."
+WRT_HELP = ("Arguments to differentiate, by index or by name, e.g. 0,2 or w,b (default: every float "
+            "argument; irgrad grad --list-args shows them).")
 WITH_VALUE_HELP = "Adjoint functions return F's results first, then the gradients."
 TRAIN_HELP = ("Add @F_train_init(args...) -> state and @F_train_step(args..., state...) -> (F's results, "
               "updated args[wrt], updated state): one optimizer step per call (sgd, momentum, adam).")
@@ -143,14 +146,20 @@ def grad(
                                                 help=CHECKPOINTS_HELP),
     train: str | None = typer.Option(None, "--train", metavar="sgd|momentum|adam", help=TRAIN_HELP),
     lr: float | None = typer.Option(None, "--lr", metavar="X", help=LR_HELP),
+    list_args: bool = typer.Option(False, "--list-args", help="List the public functions' arguments "
+                                   "(index, name, type) for --wrt, and write nothing."),
 ) -> None:
     """Add @F_grad (gradient of the sum of F's results) to a StableHLO module.
 
     If the gradient cannot be built, OUT.mlir is not written (an existing one
     is left as it was).
     """
-    write_text(output, adjoints(read_text(source), func, wrt, not (jvp or hessian or train), vjp, with_value, jvp,
-                                hessian, loop_checkpoints, train, lr))
+    if list_args:
+        typer.echo(argument_lines(read_mlir(source), func))
+        return
+    text = adjoints(read_mlir(source), func, wrt, not (jvp or hessian or train), vjp, with_value, jvp, hessian,
+                    loop_checkpoints, train, lr)
+    write_text(output, with_file_locations(text))
 
 
 @app.command()
@@ -199,12 +208,12 @@ def compile_command(
         raise CLIError(str(error), USAGE) from None
     if func is not None and not (grad or vjp or train):
         raise CLIError("--func needs --grad, --vjp or --train", USAGE)
-    text, name = load_source(source)
-    text = adjoints(text, func or name, wrt, grad, vjp, with_value, loop_checkpoints=loop_checkpoints,
+    forward, name = load_source(source)
+    text = adjoints(forward, func or name, wrt, grad, vjp, with_value, loop_checkpoints=loop_checkpoints,
                     train=train, lr=lr)
     start = time.perf_counter()
     with progress(f"irgrad: compiling {source} for {options.target.value}"):
-        artifact = compile_text(text, options, cache=not no_cache)
+        artifact = compile_blaming(forward, text, options, cache=not no_cache)
     seconds = time.perf_counter() - start
     artifact.save(output)
     cached = f" (from the {artifact.cached} cache)" if artifact.cached else ""
@@ -248,30 +257,85 @@ def run(
         None, "--function", "-f", metavar="NAME", help="The function to call (default: the only one)."),
     inputs: list[str] | None = typer.Option(
         None, "--input", "-i", metavar="SPEC",
-        help="One argument, in order: 2x2xf32=1,2,3,4 | f32=3 | 2x2xf32=@raw.bin | @x.npy (repeat per argument)."),
+        help="One argument, in order: 2x2xf32=1,2,3,4 | f32=3 | 2x2xf32=@raw.bin | @x.npy (repeat per argument); "
+             "or @args.npz alone: every argument, by name or position."),
     device: str | None = typer.Option(
         None, "--device", "-d",
         help="IREE driver: local-task, local-sync, vulkan, cuda, hip (default: the artifact's)."),
     outputs: list[str] | None = typer.Option(
         None, "--output", metavar="SPEC",
         help="Per result, in order: @out.npy (write), +out.npy (append), - (print), '' (skip). "
-             "Results past the last --output are printed."),
+             "Results past the last --output are printed. @out.npz alone: every result (result0, ...)."),
 ) -> None:
     """Call a function of an artifact and print its results like iree-run-module."""
     try:
-        arrays = [array for spec in inputs or [] for array in parse_input(spec)]
+        parsed = [parse_input(spec) for spec in inputs or []]
         sinks = [parse_output(spec) for spec in outputs or []]
     except ValueError as error:
         raise CLIError(str(error), USAGE) from None
+    archives = [(spec, p) for spec, p in zip(inputs or [], parsed) if isinstance(p, dict)]
+    if archives and len(parsed) > 1:
+        raise CLIError(f"--input {archives[0][0]} holds every argument: give it alone", USAGE)
+    if any(path is not None and path.suffix == ".npz" for _, path in sinks) and len(sinks) > 1:
+        raise CLIError("an --output @FILE.npz takes every result: give it alone", USAGE)
     if not artifact.is_file():
         raise CLIError(f"{artifact}: no such file", USAGE)
     module = runtime.load(artifact, device)
     function = pick_function(list(module.functions), function, artifact)
+    if archives:
+        try:
+            arrays = arguments_from_npz(archives[0][1], module.functions[function], archives[0][0][1:])
+        except ValueError as error:
+            raise CLIError(str(error), USAGE) from None
+    else:
+        arrays = [array for arrays in parsed for array in arrays]
     types = module.functions[function].outputs
     if len(sinks) > len(types):
         results = "result" if len(types) == 1 else "results"
         raise CLIError(f"{len(sinks)} --output given, but {function} returns {len(types)} {results}", USAGE)
     typer.echo(report_results(function, module[function].call_flat(*arrays), types, sinks))
+
+
+@app.command()
+def viz(
+    source: str = typer.Argument(..., metavar="SRC", help="An .mlir file, path/to/model.py:function or an artifact."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="OUT.svg",
+                                help="The picture: .svg, .png or .pdf (rendered by Graphviz's dot) or .dot."),
+    grad: bool = typer.Option(False, "--grad", help="Draw @F_grad: F's forward ops and the ones the pass adds."),
+    wrt: str | None = typer.Option(None, "--wrt", metavar="I,J", help=WRT_HELP),
+    func: str | None = typer.Option(None, "--func", metavar="NAME", help="The function to draw (default: the only "
+                                    "public one; with --grad, the one to differentiate)."),
+) -> None:
+    """Draw a function (and, with --grad, its adjoint) as a graph of ops; an artifact as its functions."""
+    if source.endswith(".vmfb"):
+        if grad or wrt is not None or func is not None:
+            raise CLIError("an artifact holds no StableHLO: --grad, --wrt and --func need an .mlir or model.py", USAGE)
+        path = Path(source)
+        if not path.is_file():
+            raise CLIError(f"{path}: no such file", USAGE)
+        try:
+            metadata = runtime.read_metadata(path.read_bytes(), read_sidecar(path))
+        except runtime.ArtifactError as error:
+            raise runtime.ArtifactError(f"{path}: {error}") from None
+        dot = module_graph(signatures_from_metadata(metadata), path.name)
+    else:
+        text, name = load_source(source)
+        function = func or name
+        if grad:
+            before = set(runtime.parse_signatures(text))
+            text = adjoints(text, function, wrt, True, False, False)
+            function = next(n for n in runtime.parse_signatures(text) if n not in before)  # the new @F_grad
+        elif wrt is not None:
+            raise CLIError("--wrt needs --grad", USAGE)
+        dot = function_graph(text, function)
+    try:
+        render(dot, output)
+    except ValueError as error:
+        raise CLIError(str(error), USAGE) from None
+    except RuntimeError as error:
+        raise CLIError(str(error)) from None
+    nodes = sum(1 for line in dot.splitlines() if " [label=" in line and " -> " not in line)
+    typer.echo(f"{output}: {nodes} nodes, {dot.count(' -> ')} edges")
 
 
 # ----- inspect / targets ----------------------------------------------------------------

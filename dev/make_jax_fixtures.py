@@ -656,12 +656,31 @@ def lower_text(fn, name, args):
     return text
 
 
+# Fixtures also written as StableHLO portable artifacts (VHLO bytecode, what jax.export
+# serializes): <name>.mlirbc, the same computation as <name>.mlir.
+PORTABLE = {"mlp_tanh_onehot", "cnn_classifier", "scan_rnn"}
+
+
+def export_portable(fn, name, args):
+    from jax import export
+
+    def wrapped(*a):
+        return fn(*a)
+    wrapped.__name__ = name
+    data = export.export(jax.jit(wrapped))(*args).mlir_module_serialized
+    assert data.startswith(b"ML\xefR") and b"StableHLO_v" in data[:40], data[:40]
+    with open(os.path.join(OUT_DIR, name + ".mlirbc"), "wb") as f:
+        f.write(data)
+
+
 def export_positive(spec):
     name, fn = spec["name"], spec["fn"]
     args = make_args(spec)
     if spec.get("check"):
         spec["check"](args)
     text = lower_text(fn, name, args)
+    if name in PORTABLE:
+        export_portable(fn, name, args)
 
     outs = [np.asarray(o) for o in _as_tuple(jax.jit(fn)(*args))]
     if "ref" in spec:  # a while loop: JAX refuses reverse mode; its unrolled twin gives the numbers
@@ -787,6 +806,10 @@ python3 -m venv /work/jaxvenv && /work/jaxvenv/bin/pip install jax jaxlib numpy
 Functions, argument specs and seeds are in the `FIXTURES` / `WHILE` / `NEGATIVE` tables of
 `dev/make_jax_fixtures.py` (seed = crc32(name)); regeneration is deterministic for a
 given JAX version.
+
+`mlp_tanh_onehot`, `cnn_classifier` and `scan_rnn` also come as StableHLO portable artifacts,
+`<name>.mlirbc`: `jax.export.export(jax.jit(f))(*args).mlir_module_serialized`, VHLO bytecode
+(`StableHLO_v1.x`), the form JAX serializes; same computation, same references.
 
 ## npz layout (`<name>.npz`, `numpy.load`)
 

@@ -180,6 +180,17 @@ def top_k(x):
     return tf.reduce_sum(top * top)
 
 
+# A boolean constant of more than 100 elements: TF 2.21 prints it as hex, bit-packed (eight
+# elements per byte), which IREE 3.13's MLIR reads as one byte per element.
+_MASK = np.random.default_rng(7).random((6, 20)) > 0.5
+
+
+def bool_mask(x, v):
+    y = tf.where(tf.constant(_MASK), tf.tanh(x), x * 2.0)
+    z = tf.where(tf.constant([True, False, True]), v, -v)
+    return tf.reduce_sum(y * y) + tf.reduce_sum(z * v)
+
+
 def batch_matmul(a, b, c):
     y = tf.linalg.matmul(a, b, transpose_b=True)                      # [2, 3, 5]
     z = tf.linalg.matmul(c, y, transpose_a=True)                       # [2, 4, 5]
@@ -244,8 +255,12 @@ FIXTURES = [
     ("top_k", top_k, [f32(2, 6, kind="distinct")],
      "top_k: stablehlo.sort of (values, iota), slices, stablehlo.set_dimension_size"),
     ("batch_matmul", batch_matmul, [f32(2, 3, 4), f32(2, 5, 4), f32(2, 3, 4)],
-     "batched matmul with transpose_a / transpose_b (dot_general batch dims), tanh"),
+     "batched matmul with transpose_a / transpose_b (dot_general batch dims), tanh"),    ("bool_mask", bool_mask, [f32(6, 20), f32(3)],
+     "tf.where on constant masks: a 120-element i1 constant printed bit-packed, a small one as a list; "
+     "also exported as bytecode (stage='stablehlo_serialized') into bool_mask.mlirbc"),
 ]
+# Fixtures also written as TF's MLIR bytecode (stage="stablehlo_serialized"), <name>.mlirbc.
+BYTECODE = {"bool_mask"}
 
 
 def _draw(rng, dtype, shape, kind):
@@ -425,6 +440,10 @@ def main(argv: list[str]) -> int:
         text = export(fn, args)
         with open(os.path.join(OUT_DIR, name + ".mlir"), "w") as f:
             f.write(text)
+        if name in BYTECODE:
+            jit = tf.function(fn, jit_compile=True, autograph=False)
+            with open(os.path.join(OUT_DIR, name + ".mlirbc"), "wb") as f:
+                f.write(jit.experimental_get_compiler_ir(*[tf.constant(a) for a in args])(stage="stablehlo_serialized"))
         data = references(name, fn, args, rng)
         np.savez_compressed(os.path.join(OUT_DIR, name + ".npz"), **data)
         print(f"{name:24s} {len(text.splitlines()):4d} lines; ops: "

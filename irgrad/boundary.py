@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 __all__ = ["DTYPES", "ELEMENT_DTYPES", "IRError", "dtype_of_element", "spelling_of_dtype",
-           "diagnostic", "parse", "respell_foreign"]
+           "diagnostic", "parse", "respell_foreign", "module_text", "producer_cause",
+           "argument_names"]
 
 # numpy-style dtype name -> MLIR element type spelling. StableHLO's signless iN is signed.
 DTYPES: dict[str, str] = {
@@ -52,7 +53,7 @@ def diagnostic(error: Exception) -> str:
     if diagnostics:
         first = diagnostics[0]
         loc = re.search(r":(\d+):(\d+)", str(first.location))
-        where = f"line {loc.group(1)}:{loc.group(2)}: " if loc else ""
+        where = f"line {loc.group(1)}:{loc.group(2)}: " if loc and loc.group(1) != "0" else ""
         return where + " ".join(str(first.message).split())
     return " ".join(str(error).split()) or type(error).__name__
 
@@ -60,27 +61,180 @@ def diagnostic(error: Exception) -> str:
 # Ops other producers print in dialects IREE's context lacks, and their StableHLO/CHLO
 # spelling (TensorFlow's StableHLO export prints XLA's erf as mhlo.erf).
 _FOREIGN = [(re.compile(r"\bmhlo\.erf\s+(%[\w#.$-]+)\s*:\s*(tensor<[^>]*>)"), r"chlo.erf \1 : \2 -> \2")]
+# A hex i1 constant. MLIR before 2025 (TensorFlow 2.21's) packs eight elements per byte,
+# least significant bit first; IREE 3.13's MLIR reads one byte per element.
+_I1_HEX = re.compile(r'dense<"0x([0-9A-Fa-f]*)">(\s*:\s*tensor<((?:\d+x)*)i1>)')
+
+
+def _unpack_i1(match: re.Match) -> str:
+    data, dims = bytes.fromhex(match.group(1)), [int(d) for d in match.group(3).split("x") if d]
+    n = 1
+    for d in dims:
+        n *= d
+    if len(data) == n or len(data) != (n + 7) // 8:
+        return match.group(0)  # one byte per element already (or not this producer's form)
+    if len(data) == 1 and data[0] in (0x00, 0xFF):
+        return f"dense<{'true' if data[0] else 'false'}>{match.group(2)}"  # the packed form's splat
+    bits = bytes((data[i // 8] >> (i % 8)) & 1 for i in range(n))
+    return f'dense<"0x{bits.hex().upper()}">{match.group(2)}'
 
 
 def respell_foreign(text: str) -> str:
-    """Rewrite known non-StableHLO spellings (``mhlo.erf``) into StableHLO/CHLO."""
-    if "mhlo." not in text:
-        return text
-    for pattern, replacement in _FOREIGN:
-        text = pattern.sub(replacement, text)
+    """Rewrite known non-StableHLO spellings (``mhlo.erf``) into StableHLO/CHLO, and
+    bit-packed ``i1`` constants into one byte per element."""
+    if "mhlo." in text:
+        for pattern, replacement in _FOREIGN:
+            text = pattern.sub(replacement, text)
+    if "xi1>" in text or "<i1>" in text:
+        text = _I1_HEX.sub(_unpack_i1, text)
     return text
 
 
-def parse(text: str, context: Any) -> Any:
-    """Parse and verify StableHLO/CHLO/func text in ``context`` (an ``ir.Context``); IRError
-    naming the first diagnostic's line otherwise."""
+# What a producer did when IREE's MLIR cannot read its module: (pattern in the diagnostic or
+# the text, the cause in the producer's terms).
+_CAUSES = [
+    (re.compile(r"bytecode version|unsupported version|cannot parse.*bytecode", re.I),
+     "MLIR bytecode from a newer MLIR than IREE 3.13's: export text instead "
+     "(jax.jit(f).lower(...).as_text(), or stage='stablehlo' in TensorFlow)"),
+    (re.compile(r"'mhlo\.|\bmhlo\.[a-z_]+\b"),
+     "the module holds MHLO ops, not StableHLO: export StableHLO (TensorFlow: stage='stablehlo'; "
+     "JAX: .as_text())"),
+    (re.compile(r"'tf\.|\btf\.[A-Z]\w*"),
+     "the module holds TensorFlow ops that were not legalized: export with "
+     "tf.function(jit_compile=True).experimental_get_compiler_ir(...)(stage='stablehlo')"),
+    (re.compile(r"'torch\.|\btorch\.aten\."),
+     "the module holds torch dialect ops: export with torch_mlir.fx.export_and_import(..., "
+     "output_type='stablehlo')"),
+]
+
+
+def producer_cause(message: str, text: str = "") -> str | None:
+    """The producer-side cause of a parse failure, when a known one matches."""
+    for pattern, cause in _CAUSES:
+        if pattern.search(message) or (text and pattern.search(text[:200_000])):
+            return cause
+    return None
+
+
+BYTECODE_MAGIC = b"ML\xefR"
+
+
+def module_text(data: str | bytes) -> str:
+    """StableHLO text from any form producers ship: text, MLIR bytecode, or a StableHLO
+    portable artifact (VHLO bytecode: ``jax.export``'s ``mlir_module_serialized``).
+
+    Raises IRError when the bytes are none of these or do not parse.
+    """
+    if isinstance(data, str):
+        return data
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected MLIR as str or bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if not data.startswith(BYTECODE_MAGIC):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise IRError("neither MLIR text (not UTF-8) nor MLIR bytecode (no 'ML\\xefR' header)") from None
+    from iree.compiler import ir  # the compiler's bindings: loaded only to read bytecode
+
+    # After the magic: the bytecode version (a one-byte prefix varint below 128), then the
+    # producer's name, NUL-terminated ("StableHLO_v1.15.0" for a portable artifact).
+    producer = data[5:100].split(b"\0", 1)[0] if data[4] & 1 else b"an unknown producer"
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        try:
+            module = ir.Module.parse(data, context)
+        except ir.MLIRError as error:
+            message = diagnostic(error)
+            cause = producer_cause(message) or f"written by {producer.decode(errors='replace')}"
+            raise IRError(f"unreadable MLIR bytecode ({cause}): {message}") from None
+        if any(op.operation.name.startswith("vhlo.") for op in module.body.operations):
+            return _legalize_vhlo(data, producer.decode(errors="replace"))
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+_DUMP = re.compile(r"^// -----// IR Dump Before ChloLegalizeToStablehloPass\b.*$", re.M)
+_FUNC_NAME = re.compile(r"func\.func\s+(?:\w+\s+)?@([\w.$-]+)")
+
+
+def _legalize_vhlo(data: bytes, producer: str) -> str:
+    """A portable artifact's StableHLO, converted by IREE's own VHLO legalization.
+
+    IREE 3.13's Python bindings register no VHLO pass, but ``iree-compile`` runs the
+    conversion first when it compiles one: the IR it prints before legalizing CHLO is each
+    function in StableHLO, unchanged but for VHLO's spelling.
+    """
+    import subprocess
+    import tempfile
+    from iree.compiler import ir
+    from iree.compiler.tools.binaries import find_tool
+
+    with tempfile.TemporaryDirectory(prefix="irgrad-vhlo-") as folder:
+        path = f"{folder}/module.mlirbc"
+        with open(path, "wb") as f:
+            f.write(data)
+        done = subprocess.run(
+            [find_tool("iree-compile"), path, "--iree-input-type=stablehlo", "--compile-to=input",
+             "--mlir-print-ir-before=chlo-legalize-to-stablehlo", "--mlir-disable-threading",
+             "--mlir-print-local-scope", "-o", f"{folder}/out.mlir"],
+            capture_output=True, text=True)
+    functions = {}
+    for dump in _DUMP.split(done.stderr)[1:]:
+        body = dump.strip()
+        name = _FUNC_NAME.search(body)
+        if name:  # each function once: later dumps of it follow IREE's own rewrites
+            functions.setdefault(name.group(1), body)
+    if not functions:
+        reason = " ".join(line for line in done.stderr.splitlines() if "error" in line)[:300]
+        raise IRError(f"cannot convert this StableHLO portable artifact ({producer}) to StableHLO with "
+                      f"IREE 3.13: {reason or 'no StableHLO came out'}")
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(data, context)
+        attributes = module.operation.attributes
+        attrs = {k: str(attributes[k]) for k in attributes if k != "sym_name"}
+        name = str(attributes["sym_name"]).strip('"') if "sym_name" in attributes else None
+    header = "module" + (f" @{name}" if name else "")
+    if attrs:
+        header += " attributes {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
+    return header + " {\n" + "\n".join(functions.values()) + "\n}\n"
+
+
+# Arguments named by an arg attribute rather than a location.
+_NAME_ATTRS = ("jax.arg_info", "tf.name", "torch.name")
+
+
+def argument_names(func_op: Any) -> list[str | None]:
+    """The name each argument of a ``func.func`` has where its producer gave one: a name
+    location on the block argument (irgrad's TensorSpec names, JAX's ``as_text(debug_info=
+    True)``: ``loc("x")``, ``loc("params['w']")``) or a name attribute. A name that several
+    arguments share (TensorFlow calls every one ``XLA_Args``) names none of them, and
+    ``arg<i>`` for argument ``i`` (a tracer's positional default) is no name."""
+    block = func_op.regions[0].blocks[0]
+    arg_attrs = func_op.attributes["arg_attrs"] if "arg_attrs" in func_op.attributes else None
+    names: list[str | None] = []
+    for i, arg in enumerate(block.arguments):
+        name = getattr(arg.location, "name_str", None)
+        if arg_attrs is not None:
+            attrs = arg_attrs[i]
+            for key in _NAME_ATTRS:
+                if key in attrs:
+                    name = str(attrs[key]).strip('"')
+        names.append(name if name and name != f"arg{i}" else None)  # arg<i>: a positional default
+    return [n if n is not None and names.count(n) == 1 else None for n in names]
+
+
+def parse(text: str | bytes, context: Any) -> Any:
+    """Parse and verify StableHLO/CHLO/func text (or bytecode, ``module_text``) in ``context``
+    (an ``ir.Context``); IRError naming the first diagnostic's line otherwise."""
     # The MLIR bindings come with the compiler: loaded here, so importing this module needs
     # only what a runtime-only install has.
     from iree.compiler import ir
 
-    if not isinstance(text, str):
-        raise TypeError(f"expected MLIR text as str, got {type(text).__name__}")
+    text = module_text(text)
     try:
         return ir.Module.parse(respell_foreign(text), context)
     except ir.MLIRError as error:
-        raise IRError(f"invalid MLIR: {diagnostic(error)}") from None
+        message = diagnostic(error)
+        cause = producer_cause(message, text)
+        raise IRError(f"invalid MLIR: {message}" + (f" ({cause})" if cause else "")) from None

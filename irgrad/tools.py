@@ -12,7 +12,10 @@ carries the exit status: ``USAGE`` (2) for a bad argument or a missing file,
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.util
+import json
+import re
 import sys
 import threading
 import time
@@ -22,15 +25,16 @@ from types import ModuleType
 from typing import Any
 
 from . import passes, runtime
-from .function import Function, export
+from .boundary import IRError, module_text
+from .function import Function, compile_text, export
 from .runtime.artifact import atomic_write
 from .runtime.vmfb import signatures_from_metadata
 from .runtime.options import TARGET_FLAGS
 
 __all__ = [
     "USAGE", "FAILURE", "CLIError", "one_line", "parse_wrt", "import_model", "model_function",
-    "load_source", "read_text", "write_text", "adjoints", "pick_function", "progress", "signature_lines",
-    "describe_artifact", "describe_targets",
+    "load_source", "read_mlir", "located", "with_file_locations", "write_text", "adjoints", "argument_lines",
+    "compile_blaming", "pick_function", "progress", "signature_lines", "describe_artifact", "describe_targets",
 ]
 
 USAGE = 2  # click's exit status for a bad command line
@@ -66,14 +70,15 @@ def one_line(error: BaseException) -> str:
 
 # ----- sources: .mlir files and model.py:function ---------------------------------------
 
-def parse_wrt(text: str | None) -> list[int] | None:
-    """``"0,2"`` -> ``[0, 2]``; None stays None (every float argument)."""
+def parse_wrt(text: str | None) -> list[int | str] | None:
+    """``"0,2"`` -> ``[0, 2]``, ``"x,w1"`` -> ``["x", "w1"]`` (argument names); None stays
+    None (every float argument)."""
     if text is None:
         return None
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise CLIError(f"bad --wrt {text!r}: expected argument indices such as 0,2", USAGE) from None
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise CLIError(f"bad --wrt {text!r}: expected argument indices or names such as 0,2 or x,w", USAGE)
+    return [int(part) if part.isdigit() else part for part in parts]
 
 
 def parse_checkpoints(text: str | None) -> int | str | None:
@@ -142,7 +147,7 @@ def load_source(source: str) -> tuple[str, str | None]:
     elif source.endswith(".py"):
         path, attr_or_none = Path(source), None
     else:
-        return read_text(Path(source)), None
+        return read_mlir(Path(source)), None
     if not path.is_file():
         raise CLIError(f"{path}: no such file", USAGE)
     fn = model_function(path, attr_or_none)
@@ -152,11 +157,48 @@ def load_source(source: str) -> tuple[str, str | None]:
         raise CLIError(f"tracing {path}:{attr}: {type(error).__name__}: {one_line(error)}") from error
 
 
-def read_text(path: Path) -> str:
-    """The text of ``path``; a usage error when there is no such file."""
+# The MLIR file the command is working on, so that an error can name it (``located``).
+SOURCE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("irgrad_source", default=None)
+
+
+def read_mlir(path: Path) -> str:
+    """StableHLO text of an MLIR file in any form producers ship: text, MLIR bytecode or a
+    StableHLO portable artifact (``boundary.module_text``). A usage error when there is no
+    such file; errors about its content name it from then on (``located``)."""
     if not path.is_file():
         raise CLIError(f"{path}: no such file", USAGE)
-    return path.read_text()
+    SOURCE.set(path)
+    try:
+        return module_text(path.read_bytes())
+    except IRError as error:
+        raise CLIError(f"{path}: {error}") from None
+
+
+_AT_LINE = re.compile(r"\bline (\d+):(\d+): ")
+_IN_BUFFER = re.compile(r'"-":(\d+):(\d+)')
+
+
+def with_file_locations(text: str) -> str:
+    """IR text whose locations in "the text" (``loc("-":6:24)``) name the file being read,
+    so that they still point at it once the text is saved elsewhere."""
+    path = SOURCE.get()
+    if path is None:
+        return text
+    name = json.dumps(str(path))  # an MLIR string literal: double quotes, backslash escapes
+    return _IN_BUFFER.sub(lambda m: f"{name}:{m.group(1)}:{m.group(2)}", text)
+
+
+def located(message: str) -> str:
+    """``message`` with the positions MLIR gives in "the text" (``line 6:24``, ``"-":6:24``)
+    named in the file being read (``model.mlir:6:24``), when there is one."""
+    path = SOURCE.get()
+    if path is None:
+        return message
+    message = _IN_BUFFER.sub(lambda m: f"{path}:{m.group(1)}:{m.group(2)}", message)
+    at = _AT_LINE.search(message)
+    if at:  # "invalid MLIR: line 6:24: reason" -> "model.mlir:6:24: invalid MLIR: reason"
+        message = f"{path}:{at.group(1)}:{at.group(2)}: {message[:at.start()]}{message[at.end():]}"
+    return message
 
 
 def write_text(path: Path | None, text: str) -> None:
@@ -166,6 +208,22 @@ def write_text(path: Path | None, text: str) -> None:
     else:
         # Temporary file + os.replace: a failure never leaves a partial or clobbered file.
         atomic_write(path, text.encode())
+
+
+def compile_blaming(forward: str, text: str, options: runtime.CompileOptions, cache: bool = True):
+    """``compile_text(text)``, where ``text`` is ``forward`` with adjoints added. When IREE
+    rejects it and the forward alone too, the error says so: irgrad's pass is not the cause."""
+    try:
+        return compile_text(text, options, cache=cache)
+    except runtime.CompileError:
+        if text == forward:
+            raise
+        try:
+            compile_text(forward, options, cache=cache)
+        except runtime.CompileError as forward_error:
+            raise runtime.CompileError(f"IREE cannot compile this module's forward either: {forward_error}",
+                                       path=forward_error.path, diagnostics=forward_error.diagnostics) from None
+        raise
 
 
 def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
@@ -194,6 +252,25 @@ def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool
         return text
     return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp,
                                 hessian=hessian, loop_checkpoints=checkpoints, train=train, learning_rate=lr)
+
+
+def argument_lines(text: str, func: str | None = None) -> str:
+    """What ``irgrad grad --list-args`` prints: each public function's arguments, with the
+    index and the name (where the producer gave one) that ``--wrt`` accepts."""
+    signatures = runtime.parse_signatures(text)
+    if func is not None:
+        if func not in signatures:
+            raise CLIError(f"no public function @{func}; the module has: {', '.join(signatures) or 'none'}", USAGE)
+        signatures = {func: signatures[func]}
+    lines = []
+    for name, signature in signatures.items():
+        names = signature.arg_names or (None,) * len(signature.inputs)
+        lines.append(f"@{name}: {len(signature.inputs)} arguments (--wrt takes the index or the name)")
+        width = max([len(n or "-") for n in names] + [4])
+        for i, (arg, t) in enumerate(zip(names, signature.inputs)):
+            kind = "float: differentiable" if t.dtype.startswith(("float", "bfloat")) else "no gradient"
+            lines.append(f"  {i:>3}  {arg or '-':<{width}}  {t!s:<16} {kind}")
+    return "\n".join(lines)
 
 
 def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:

@@ -6,9 +6,11 @@
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,12 +18,13 @@ from typing import Any
 import numpy as np
 
 from .boundary import ELEMENT_DTYPES
-from .runtime import TensorType
+from .runtime import Signature, TensorType
+from .runtime.artifact import atomic_write
 from .tools import one_line
 
 __all__ = [
-    "MAX_PRINTED_ELEMENTS", "numpy_dtype", "parse_type", "parse_value", "read_npy",
-    "parse_input", "format_array", "parse_output", "save_array", "report_results",
+    "MAX_PRINTED_ELEMENTS", "numpy_dtype", "parse_type", "parse_value", "read_npy", "read_npz",
+    "arguments_from_npz", "parse_input", "format_array", "parse_output", "save_array", "report_results",
 ]
 
 # iree-run-module prints at most this many elements of a result.
@@ -86,7 +89,38 @@ def read_npy(path: str) -> list[np.ndarray]:
     return arrays
 
 
-def parse_input(spec: str) -> list[np.ndarray]:
+def read_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of a .npz file (numpy.savez), by key."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise ValueError(f"{path} is not a .npz file ({one_line(error)})") from None
+
+
+def arguments_from_npz(arrays: dict[str, np.ndarray], signature: Signature, path: str) -> list[np.ndarray]:
+    """One array per argument of ``signature`` from a .npz: each found under the argument's
+    name, ``arg<i>``, ``arr_<i>`` (numpy.savez's positional keys) or ``<i>``."""
+    names = signature.arg_names or (None,) * len(signature.inputs)
+    out, used = [], set()
+    for i, name in enumerate(names):
+        key = next((k for k in (name, f"arg{i}", f"arr_{i}", str(i)) if k is not None and k in arrays), None)
+        if key is None:
+            label = f"argument {i}" + (f" ({name})" if name else "")
+            raise ValueError(f"{path} has no array for {label} of {signature.name}; it holds: "
+                             f"{', '.join(arrays) or 'nothing'}")
+        out.append(arrays[key])
+        used.add(key)
+    extra = [k for k in arrays if k not in used]
+    if extra:
+        raise ValueError(f"{path}: no argument of {signature.name} takes {', '.join(map(repr, extra))} "
+                         f"(it takes {len(names)}: by name, arg<i>, arr_<i> or <i>)")
+    return out
+
+
+def parse_input(spec: str) -> list[np.ndarray] | dict[str, np.ndarray]:
     """Arrays for one ``--input``, in iree-run-module's syntax.
 
     * ``2x2xf32=1,2,3,4``, ``2x2xf32=1 2 3 4`` or ``2x2xf32=[1 2][3 4]``: commas,
@@ -99,10 +133,14 @@ def parse_input(spec: str) -> list[np.ndarray]:
       si8..si64, ui8..ui64; integers may be hex (0x10) and must fit the type.
     * ``2x2xf32=@file.bin``: raw little-endian bytes; ``@file.npy``: every array in
       a .npy file (several when numpy.save appended them), each one input.
+    * ``@file.npz``: every argument, by name or position (``arguments_from_npz``): returned
+      as a dict, which the caller matches to the function.
 
     Raises ValueError (naming ``spec``) for anything else.
     """
     try:
+        if spec.startswith("@") and spec.endswith(".npz"):
+            return read_npz(spec[1:])
         if spec.startswith("@"):
             return read_npy(spec[1:])
         type_text, _, values = spec.partition("=")
@@ -169,9 +207,11 @@ def parse_output(spec: str) -> tuple[str, Path | None]:
     if spec in ("", "-"):
         return ("skip" if spec == "" else "print"), None
     if spec[0] in "@+" and len(spec) > 1:
+        if spec.endswith(".npz") and spec[0] == "+":
+            raise ValueError(f"bad --output {spec!r}: a .npz is written whole (@FILE.npz), not appended to")
         return ("write" if spec[0] == "@" else "append"), Path(spec[1:])
-    raise ValueError(f"bad --output {spec!r}: use @FILE.npy (write), +FILE.npy (append), "
-                     "- (print) or '' (skip)")
+    raise ValueError(f"bad --output {spec!r}: use @FILE.npy (write), +FILE.npy (append), @FILE.npz (every "
+                     "result), - (print) or '' (skip)")
 
 
 def save_array(array: np.ndarray, path: Path, append: bool) -> None:
@@ -189,9 +229,14 @@ def report_results(function: str, results: Sequence[Any], types: Sequence[Tensor
 
     ``sinks`` (from ``parse_output``, one per result in order) save a result
     to a file or skip it instead of printing it; results past the last sink
-    are printed.
+    are printed. A single ``@FILE.npz`` sink takes every result (``result0``, ...).
     """
     lines = [f"EXEC @{function}"]
+    if len(sinks) == 1 and sinks[0][1] is not None and sinks[0][1].suffix == ".npz":
+        buffer = io.BytesIO()  # every result in one archive, written whole or not at all
+        np.savez(buffer, **{f"result{i}": np.asarray(r) for i, r in enumerate(results)})
+        atomic_write(sinks[0][1], buffer.getvalue())
+        return lines[0]
     for i, (result, want) in enumerate(zip(results, types)):
         action, path = sinks[i] if i < len(sinks) else ("print", None)
         if action == "print":

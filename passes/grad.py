@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..boundary import argument_names
 from . import hlo
 from .backprop import backprop
 from . import batching, control_flow, train as training
@@ -86,12 +87,21 @@ def float_arguments(func_op: ir.Operation) -> list[int]:
     return [i for i, a in enumerate(args) if is_float(a)]
 
 
-def _check_wrt(func_op: ir.Operation, wrt: Sequence[int] | None) -> list[int]:
+def _check_wrt(func_op: ir.Operation, wrt: Sequence[int | str] | None) -> list[int]:
+    """``wrt`` as argument indices: each an index, or the name the producer gave the
+    argument (``boundary.argument_names``)."""
     args = func_op.regions[0].blocks[0].arguments
     if wrt is None:
         return float_arguments(func_op)
+    names = argument_names(func_op)
     out = []
     for i in wrt:
+        if isinstance(i, str):
+            if i not in names:
+                given = ", ".join(f"{n} ({k})" for k, n in enumerate(names) if n) or "none has a name"
+                raise ValueError(f"wrt {i!r}: @{function_name(func_op)} has no argument of that name "
+                                 f"(its arguments: {given})")
+            i = names.index(i)
         if not isinstance(i, int) or not 0 <= i < len(args):
             raise ValueError(f"wrt index {i!r} out of range: @{function_name(func_op)} has {len(args)} arguments")
         if not is_float(args[i]):
@@ -154,7 +164,8 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
 def _gradients(wrt: list[int], vjp: bool, name: str):
     """The gradients of args[wrt], seeded with ones or (vjp) with one new argument per result."""
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
-        seeds = [block.add_argument(y.type, loc) if vjp else (hlo.ones(y.type) if is_float(y) else None)
+        unnamed = ir.Location.unknown()  # new arguments: no name of F's arguments
+        seeds = [block.add_argument(y.type, unnamed) if vjp else (hlo.ones(y.type) if is_float(y) else None)
                  for y in ys]
         xs = [block.arguments[i] for i in wrt]
         grads = backprop(ys, seeds, xs, name=name)
@@ -166,7 +177,7 @@ def _tangents(wrt: list[int], name: str):
     """The tangents of the float results, given one new argument per args[wrt]."""
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
         xs = [block.arguments[i] for i in wrt]
-        txs = [block.add_argument(x.type, loc) for x in xs]
+        txs = [block.add_argument(x.type, ir.Location.unknown()) for x in xs]
         tys = forward_jvp(ys, xs, txs, in_place=True, name=name)
         return [t if t is not None else hlo.zeros(y.type) for y, t in zip(ys, tys) if is_float(y)]
     return derive
@@ -192,7 +203,7 @@ def _hessians(wrt: list[int], name: str):
     return derive
 
 
-def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] | None = None, *,
+def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int | str] | None = None, *,
                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
                  hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
                  learning_rate: float | None = None) -> list[str]:
@@ -239,12 +250,13 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int] 
     return added
 
 
-def differentiate(text: str, func: str | None = None, wrt: Sequence[int] | None = None, *,
+def differentiate(text: str | bytes, func: str | None = None, wrt: Sequence[int | str] | None = None, *,
                   grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
                   hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
                   learning_rate: float | None = None) -> str:
-    """Text in, text out: parse a StableHLO module and add its derivative functions
-    (``add_adjoints``)."""
+    """Text in, text out: parse a StableHLO module (text, or bytes in any form
+    ``boundary.module_text`` reads) and add its derivative functions (``add_adjoints``).
+    ``wrt`` holds argument indices or the names their producer gave them."""
     control_flow.check_checkpoints(loop_checkpoints)
     if train is not None:
         training.check(train, learning_rate)
@@ -252,7 +264,7 @@ def differentiate(text: str, func: str | None = None, wrt: Sequence[int] | None 
     verify(module, "input module")
     add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian,
                  loop_checkpoints=loop_checkpoints, train=train, learning_rate=learning_rate)
-    return module.operation.get_asm(enable_debug_info=False)
+    return module.operation.get_asm(enable_debug_info=True)
 
 
 def vectorize(text: str, func: str | None = None, batched: Sequence[int] | None = None, size: int = 2,
@@ -268,4 +280,4 @@ def vectorize(text: str, func: str | None = None, batched: Sequence[int] | None 
         new = batching.batch_function(func_op, flags, size, f"{function_name(func_op)}_batched", fallback=fallback)
         run_pipeline(new, CLEANUP)
         verify(module, f"@{function_name(new)}")
-    return module.operation.get_asm(enable_debug_info=False)
+    return module.operation.get_asm(enable_debug_info=True)

@@ -49,8 +49,8 @@ def context() -> ir.Context:
         return _context
 
 
-def parse_module(text: str) -> ir.Module:
-    """Parse StableHLO/CHLO/func text into a verified module or raise IRError."""
+def parse_module(text: str | bytes) -> ir.Module:
+    """Parse StableHLO/CHLO/func text (or bytecode) into a verified module or raise IRError."""
     return parse(text, context())
 
 

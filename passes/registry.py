@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..boundary import producer_cause
 from .mlir import ir
 
 Cotangent = ir.Value | None
@@ -100,6 +101,9 @@ def missing(op: ir.Operation, detail: str = "") -> MissingAdjointError:
     where = str(op.location)
     name = op.name
     what = f"No adjoint rule for '{name}'{detail} at {where}."
+    cause = producer_cause(f"'{name}'")  # not StableHLO at all: say what the producer should export
+    if cause is not None:
+        return MissingAdjointError(f"{what} It is not a StableHLO op: {cause}.")
     return MissingAdjointError(f"{what} Register one with @adjoint({name!r}) or mark it nondifferentiable.")
 
 

@@ -55,7 +55,7 @@ def step(optimizer: str, learning_rate: float, wrt: list[int], name: str):
             raise ValueError(f"a training step needs a scalar float loss; @{name.removesuffix('_train_step')} "
                              f"returns {', '.join(str(y.type) for y in ys) or 'nothing'}")
         xs = [block.arguments[i] for i in wrt]
-        counter, *slots = [block.add_argument(t, loc) for t in state_types(xs, optimizer)]
+        counter, *slots = [block.add_argument(t, ir.Location.unknown()) for t in state_types(xs, optimizer)]
         grads = backprop(floats, [hlo.ones(floats[0].type)], xs, name=name)
         grads = [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
         per_kind = [slots[k * len(xs):(k + 1) * len(xs)] for k in range(len(STATE[optimizer]))]

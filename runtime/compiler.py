@@ -26,7 +26,7 @@ from .artifact import Artifact, atomic_write
 from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target
-from ..boundary import parse
+from ..boundary import module_text, parse
 from .signature import public_functions, signature_of
 
 __all__ = [
@@ -98,7 +98,7 @@ def compile_flags(mlir_text: str, options: CompileOptions) -> list[str]:
 
 
 def compile(
-    mlir_text: str,
+    mlir_text: str | bytes,
     options: CompileOptions | Target | str | None = None,
     *,
     cache: bool = True,
@@ -108,7 +108,8 @@ def compile(
     (``for_iree``): the one path from StableHLO text to an artifact.
 
     Args:
-        mlir_text: the module as MLIR text (StableHLO, CHLO and func dialects).
+        mlir_text: the module as MLIR text (StableHLO, CHLO and func dialects), or as bytes:
+            text, MLIR bytecode or a StableHLO portable artifact (``boundary.module_text``).
         options: CompileOptions, or just a target name; default llvm-cpu for this CPU.
         cache: ``False`` skips both the in-process and the on-disk cache.
         producer: recorded in the metadata, e.g. ``"irgrad 0.1.0"``.
@@ -122,9 +123,7 @@ def compile(
         options = CompileOptions()
     elif not isinstance(options, CompileOptions):
         options = CompileOptions(target=options)
-    if not isinstance(mlir_text, str):
-        raise TypeError(f"expected MLIR text as str, got {type(mlir_text).__name__}")
-    mlir_text = for_iree(mlir_text)
+    mlir_text = for_iree(module_text(mlir_text))
     flags = compile_flags(mlir_text, options)
     key = _cache_key(mlir_text, flags, producer)
 

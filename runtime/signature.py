@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ..boundary import DTYPES as _DTYPE_SPELLINGS
-from ..boundary import ELEMENT_DTYPES, parse
+from ..boundary import ELEMENT_DTYPES, argument_names, parse
 
 __all__ = ["TensorType", "Signature", "DTYPES", "parse_signatures", "parse_declaration"]
 
@@ -62,19 +62,26 @@ class Signature:
     name: str
     inputs: tuple[TensorType, ...]
     outputs: tuple[TensorType, ...]
+    # Each argument's name where the producer gave one (``boundary.argument_names``); empty
+    # when none has a name.
+    arg_names: tuple[str | None, ...] = ()
 
     def __repr__(self) -> str:
-        ins = ", ".join(map(str, self.inputs))
+        names = self.arg_names or (None,) * len(self.inputs)
+        ins = ", ".join(f"{n}: {t}" if n else str(t) for n, t in zip(names, self.inputs))
         outs = ", ".join(map(str, self.outputs))
         return f"{self.name}({ins}) -> ({outs})"
 
     __str__ = __repr__
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "inputs": [t.to_json() for t in self.inputs],
             "outputs": [t.to_json() for t in self.outputs],
         }
+        if self.arg_names:
+            data["arg_names"] = list(self.arg_names)
+        return data
 
     @classmethod
     def from_json(cls, name: str, data: dict[str, Any]) -> Signature:
@@ -82,6 +89,7 @@ class Signature:
             name,
             tuple(TensorType.from_json(t) for t in data["inputs"]),
             tuple(TensorType.from_json(t) for t in data["outputs"]),
+            tuple(data.get("arg_names") or ()),
         )
 
 
@@ -112,10 +120,12 @@ def signature_of(func_op: Any) -> Signature:
         except ValueError as error:
             raise ValueError(f"@{name} {kind} {index}: {error}") from None
 
+    names = argument_names(func_op)
     return Signature(
         name,
         tuple(convert("argument", i, t) for i, t in enumerate(ftype.inputs)),
         tuple(convert("result", i, t) for i, t in enumerate(ftype.results)),
+        tuple(names) if any(names) else (),
     )
 
 
