@@ -8,12 +8,15 @@ bindings (``iree.compiler``) only when it parses: a runtime-only install can imp
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 __all__ = ["DTYPES", "ELEMENT_DTYPES", "IRError", "dtype_of_element", "spelling_of_dtype",
            "diagnostic", "parse", "respell_foreign", "module_text", "producer_cause",
-           "argument_names"]
+           "argument_names", "failures_dir", "save_failed_ir"]
 
 # numpy-style dtype name -> MLIR element type spelling. StableHLO's signless iN is signed.
 DTYPES: dict[str, str] = {
@@ -45,6 +48,36 @@ def dtype_of_element(spelling: str) -> str:
     if name is None:
         raise TypeError(f"unsupported element type {spelling}; supported: {', '.join(ELEMENT_DTYPES)}")
     return name
+
+
+# IR that failed to verify or compile is kept for the bug report, in one folder, and only the
+# newest few: a service that fails in a loop must not fill the disk.
+FAILURES_KEPT = 20
+
+
+def failures_dir() -> Path:
+    """``$IRGRAD_CACHE_DIR/failed`` (default ``~/.cache/irgrad/failed``): where IR that
+    failed to verify or compile is written."""
+    root = os.environ.get("IRGRAD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "irgrad")
+    return Path(root) / "failed"
+
+
+def save_failed_ir(text: str, kind: str) -> Path | None:
+    """Writes ``text`` as ``<kind>-<digest>.mlir`` in ``failures_dir()``, keeping the
+    ``FAILURES_KEPT`` newest files there; None when it cannot be written."""
+    folder = failures_dir()
+    path = folder / f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.mlir"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, path)  # whole or not at all
+        kept = sorted(folder.glob("*.mlir"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[FAILURES_KEPT:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        return None
+    return path
 
 
 def diagnostic(error: Exception) -> str:
@@ -135,49 +168,66 @@ def module_text(data: str | bytes) -> str:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             raise IRError("neither MLIR text (not UTF-8) nor MLIR bytecode (no 'ML\\xefR' header)") from None
-    from iree.compiler import ir  # the compiler's bindings: loaded only to read bytecode
-
     # After the magic: the bytecode version (a one-byte prefix varint below 128), then the
     # producer's name, NUL-terminated ("StableHLO_v1.15.0" for a portable artifact).
-    producer = data[5:100].split(b"\0", 1)[0] if data[4] & 1 else b"an unknown producer"
-    with ir.Context() as context:
-        context.allow_unregistered_dialects = True
+    named = data[5:100].split(b"\0", 1)[0] if len(data) > 5 and data[4] & 1 else b""
+    producer = re.sub(r"[^ -~]", "?", named.decode("ascii", errors="replace"))[:40] or "an unknown producer"
+    what = f"MLIR bytecode (written by {producer})"
+    done = _run_tool("iree-opt", data, ["--allow-unregistered-dialect", "--mlir-print-debuginfo"], what)
+    if done.returncode != 0:
+        raise IRError(f"unreadable {what}: {_first_error(done)}")
+    if re.search(r"^\s*(?:%[^=\n]*=\s*)?\"?vhlo\.", done.stdout, re.M):
+        return _legalize_vhlo(data, producer, done.stdout)
+    return done.stdout
+
+
+def _run_tool(tool: str, data: bytes, flags: list[str], what: str) -> Any:
+    """IREE's ``tool`` run on the bytes ``data`` as a child process (CompletedProcess, text):
+    MLIR's bytecode reader is not hardened, and damaged bytes can crash it (an LLVM fatal
+    error), hang it or make it read past its buffer, which must not take the caller down.
+    IRError naming ``what`` when it takes too long."""
+    import subprocess
+    import tempfile
+    from iree.compiler.tools.binaries import find_tool  # the compiler's tools: only to read bytes
+
+    with tempfile.TemporaryDirectory(prefix="irgrad-read-") as folder:
+        path = os.path.join(folder, "module.mlirbc")
+        with open(path, "wb") as f:
+            f.write(data)
         try:
-            module = ir.Module.parse(data, context)
-        except ir.MLIRError as error:
-            message = diagnostic(error)
-            cause = producer_cause(message) or f"written by {producer.decode(errors='replace')}"
-            raise IRError(f"unreadable MLIR bytecode ({cause}): {message}") from None
-        if any(op.operation.name.startswith("vhlo.") for op in module.body.operations):
-            return _legalize_vhlo(data, producer.decode(errors="replace"))
-        return module.operation.get_asm(enable_debug_info=True)
+            return subprocess.run([find_tool(tool), path, *flags], capture_output=True, text=True,
+                                  errors="replace", timeout=60 + len(data) / 1e5)
+        except subprocess.TimeoutExpired:
+            raise IRError(f"unreadable {what}: the reader did not finish (a damaged file?)") from None
+
+
+def _first_error(done: Any) -> str:
+    """The first error an IREE tool printed, or how it ended."""
+    first = next((line for line in done.stderr.splitlines() if "error" in line.lower()), "")
+    message = re.sub(r"^.*?error:\s*", "", first).strip()
+    if not message:
+        return f"the reader failed (exit status {done.returncode}; a damaged file?)"
+    cause = producer_cause(message)
+    return message + (f" ({cause})" if cause else "")
 
 
 _DUMP = re.compile(r"^// -----// IR Dump Before ChloLegalizeToStablehloPass\b.*$", re.M)
 _FUNC_NAME = re.compile(r"func\.func\s+(?:\w+\s+)?@([\w.$-]+)")
+_MODULE = re.compile(r"^module\b.*\{[ \t]*$", re.M)  # its first line: name and attributes
 
 
-def _legalize_vhlo(data: bytes, producer: str) -> str:
-    """A portable artifact's StableHLO, converted by IREE's own VHLO legalization.
+def _legalize_vhlo(data: bytes, producer: str, printed: str) -> str:
+    """A portable artifact's StableHLO, converted by IREE's own VHLO legalization (``printed``:
+    the artifact as VHLO text, whose module line is kept).
 
     IREE 3.13's Python bindings register no VHLO pass, but ``iree-compile`` runs the
     conversion first when it compiles one: the IR it prints before legalizing CHLO is each
     function in StableHLO, unchanged but for VHLO's spelling.
     """
-    import subprocess
-    import tempfile
-    from iree.compiler import ir
-    from iree.compiler.tools.binaries import find_tool
-
-    with tempfile.TemporaryDirectory(prefix="irgrad-vhlo-") as folder:
-        path = f"{folder}/module.mlirbc"
-        with open(path, "wb") as f:
-            f.write(data)
-        done = subprocess.run(
-            [find_tool("iree-compile"), path, "--iree-input-type=stablehlo", "--compile-to=input",
-             "--mlir-print-ir-before=chlo-legalize-to-stablehlo", "--mlir-disable-threading",
-             "--mlir-print-local-scope", "-o", f"{folder}/out.mlir"],
-            capture_output=True, text=True)
+    what = f"StableHLO portable artifact ({producer})"
+    done = _run_tool("iree-compile", data, [
+        "--iree-input-type=stablehlo", "--compile-to=input", "--mlir-print-ir-before=chlo-legalize-to-stablehlo",
+        "--mlir-disable-threading", "--mlir-print-local-scope", "-o", os.devnull], what)
     functions = {}
     for dump in _DUMP.split(done.stderr)[1:]:
         body = dump.strip()
@@ -185,19 +235,9 @@ def _legalize_vhlo(data: bytes, producer: str) -> str:
         if name:  # each function once: later dumps of it follow IREE's own rewrites
             functions.setdefault(name.group(1), body)
     if not functions:
-        reason = " ".join(line for line in done.stderr.splitlines() if "error" in line)[:300]
-        raise IRError(f"cannot convert this StableHLO portable artifact ({producer}) to StableHLO with "
-                      f"IREE 3.13: {reason or 'no StableHLO came out'}")
-    with ir.Context() as context:
-        context.allow_unregistered_dialects = True
-        module = ir.Module.parse(data, context)
-        attributes = module.operation.attributes
-        attrs = {k: str(attributes[k]) for k in attributes if k != "sym_name"}
-        name = str(attributes["sym_name"]).strip('"') if "sym_name" in attributes else None
-    header = "module" + (f" @{name}" if name else "")
-    if attrs:
-        header += " attributes {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
-    return header + " {\n" + "\n".join(functions.values()) + "\n}\n"
+        raise IRError(f"cannot convert this {what} to StableHLO with IREE 3.13: {_first_error(done)}")
+    header = _MODULE.search(printed)
+    return (header.group(0) if header else "module {") + "\n" + "\n".join(functions.values()) + "\n}\n"
 
 
 # Arguments named by an arg attribute rather than a location.
@@ -224,6 +264,31 @@ def argument_names(func_op: Any) -> list[str | None]:
     return [n if n is not None and names.count(n) == 1 else None for n in names]
 
 
+_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+_ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2}|.)")
+
+
+def _check_strings(text: str) -> None:
+    """IRError when an MLIR string literal escapes bytes that are not UTF-8 (``"\\FF"``): the
+    bindings abort the process reading such a name or attribute, so it is refused here."""
+    if "\\" not in text:
+        return
+    for match in _STRING.finditer(text):
+        body = match.group(1)
+        if "\\" not in body:
+            continue
+        raw = _ESCAPE.sub(lambda m: "\x00" if len(m.group(1)) == 1 else chr(int(m.group(1), 16)), body)
+        try:
+            raw.encode("latin-1", errors="strict").decode("utf-8")
+        except UnicodeEncodeError:
+            continue  # real non-ASCII characters beside escapes: already text
+        except UnicodeDecodeError:
+            line = text.count("\n", 0, match.start()) + 1
+            column = match.start() - text.rfind("\n", 0, match.start())
+            raise IRError(f"invalid MLIR: line {line}:{column}: a string literal escapes bytes that are not "
+                          "UTF-8 text") from None
+
+
 def parse(text: str | bytes, context: Any) -> Any:
     """Parse and verify StableHLO/CHLO/func text (or bytecode, ``module_text``) in ``context``
     (an ``ir.Context``); IRError naming the first diagnostic's line otherwise."""
@@ -232,6 +297,11 @@ def parse(text: str | bytes, context: Any) -> Any:
     from iree.compiler import ir
 
     text = module_text(text)
+    _check_strings(text)
+    if not text.endswith("\n"):
+        # MLIR's lexer reads past the end of a text cut inside a string literal (a truncated
+        # file) to place its error, and may crash: a final newline ends the literal first.
+        text += "\n"
     try:
         return ir.Module.parse(respell_foreign(text), context)
     except ir.MLIRError as error:

@@ -7,15 +7,13 @@ them), element types by dtype name, and cheap (cached) reads of tensor types.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
-import tempfile
 import threading
 import types
 
 from iree.compiler import ir, passmanager  # noqa: F401  (re-exported)
 
-from ..boundary import IRError, diagnostic, dtype_of_element, parse, spelling_of_dtype
+from ..boundary import IRError, diagnostic, dtype_of_element, parse, save_failed_ir, spelling_of_dtype
 
 # The bindings look up Python op classes for a dialect by importing
 # iree.compiler.dialects.<dialect> whenever they wrap an op; IREE ships none for
@@ -60,10 +58,9 @@ def verify(op: ir.Operation | ir.Module, what: str = "module") -> None:
     try:
         operation.verify()
     except ir.MLIRError as e:
-        fd, path = tempfile.mkstemp(prefix="irgrad-invalid-", suffix=".mlir")
-        with os.fdopen(fd, "w") as f:
-            f.write(operation.get_asm(enable_debug_info=True, assume_verified=True))
-        raise IRError(f"{what} failed MLIR verification: {diagnostic(e)} (IR written to {path})") from None
+        path = save_failed_ir(operation.get_asm(enable_debug_info=True, assume_verified=True), "invalid")
+        where = f" (IR written to {path})" if path else ""
+        raise IRError(f"{what} failed MLIR verification: {diagnostic(e)}{where}") from None
 
 
 def run_pipeline(op: ir.Operation, pipeline: str) -> None:

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from .artifact import Artifact, atomic_write
 from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target
-from ..boundary import module_text, parse
+from ..boundary import module_text, parse, save_failed_ir
 from .signature import public_functions, signature_of
 
 __all__ = [
@@ -245,7 +244,7 @@ def compile_vmfb(text: str, original: str, options: CompileOptions, flags: list[
 
 def _compile_error(output: str, mlir_text: str, options: CompileOptions) -> CompileError:
     """One clear line from IREE's diagnostics, and the IR saved next to it."""
-    path = _save_failed_ir(mlir_text)
+    path = save_failed_ir(mlir_text, "compile-error")
     diagnostics = output.split("Diagnostics:", 1)[-1].split("\nInvoked with:", 1)[0].strip()
     lines = [line.strip() for line in diagnostics.splitlines() if line.strip()]
     first = next((line for line in lines if "error:" in line), None)
@@ -283,16 +282,6 @@ def _clean_diagnostic(line: str) -> str:
     where = line[m.end():i - 1]
     rest = line[i:].lstrip(": ").strip()
     return f"{line[:m.start()]}{m.group(1)}: {rest} (at {where})"
-
-
-def _save_failed_ir(mlir_text: str) -> Path | None:
-    digest = hashlib.sha256(mlir_text.encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / "irgrad" / f"compile-error-{digest}.mlir"
-    try:
-        atomic_write(path, mlir_text.encode())
-    except OSError:
-        return None
-    return path
 
 
 def _release() -> str:

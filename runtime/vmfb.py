@@ -92,13 +92,19 @@ def seal(vmfb: bytes) -> bytes:
 
 
 def _check_digest(data: bytes) -> None:
-    """ArtifactError when a sealed artifact's bytes do not match its digest."""
+    """ArtifactError when a sealed artifact's bytes do not match its digest, or when its seal
+    itself is damaged. An archive whose comment is empty is not sealed (built elsewhere)."""
     at = _comment_at(data)
     if at < 0:
         return
     comment = bytes(data[at + 2:])
-    if not comment.startswith(_DIGEST):
-        return  # not sealed by irgrad: the archive checks below still apply
+    declared = struct.unpack("<H", data[at:at + 2])[0]
+    if not comment and declared == 0:
+        return  # not sealed by irgrad: the archive checks still apply
+    if not bytes(data[:4]) == b"PK\x03\x04" and not comment.startswith(_DIGEST[:6]):
+        return  # neither an archive nor sealed: let IREE judge
+    if declared != len(comment) or not comment.startswith(_DIGEST) or len(comment) != len(_DIGEST) + 64:
+        raise ArtifactError("not a valid IREE artifact (.vmfb): damaged: its seal (the archive comment) is broken")
     if comment[len(_DIGEST):] != hashlib.sha256(data[:at]).hexdigest().encode():
         raise ArtifactError("not a valid IREE artifact (.vmfb): damaged: digest mismatch")
 
@@ -115,9 +121,9 @@ def _check_archive(data: bytes) -> None:
     import io
     import zipfile
 
+    _check_digest(data)  # first: a seal covers every byte, the archive's header included
     if not bytes(data[:4]) == b"PK\x03\x04":
         return  # not the archive layout: let IREE judge
-    _check_digest(data)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             bad = archive.testzip()
