@@ -243,3 +243,18 @@ def test_failed_ir_is_bounded(tmp_path, monkeypatch):
     assert all(p is not None and p.parent == failures_dir() == tmp_path / "failed" for p in paths)
     kept = sorted(failures_dir().iterdir())
     assert len(kept) == FAILURES_KEPT and not [p for p in kept if p.name.startswith(".")]
+
+
+def test_the_vector_contract_reproducer_compiles_with_the_right_gradient():
+    """../shared/repro/iree313_vector_contract_reduce.mlir (a copy in fixtures/): sum(mean(x, 0) * x),
+    which IREE 3.13's llvm-cpu alone refuses ('vector.contract' op invalid accumulator/result
+    vector shape); irgrad's legalization reshapes the reduction. Its gradient is 2 * mean(x, 0)
+    per row, and the float64 twin passes the numeric checker."""
+    from gradcheck import check_module
+    text = (FIXTURES / "iree313_vector_contract_reduce.mlir").read_text()
+    x = np.array([[0.5, -1.0], [2.0, 3.0]], np.float32)
+    module = ig.compile(passes.differentiate(text, with_value=True)).load()
+    value, grad = module["main_grad"](x)
+    np.testing.assert_allclose(value, np.sum(x.mean(0) * x), rtol=1e-6)
+    np.testing.assert_allclose(grad, np.broadcast_to(2 * x.mean(0), x.shape), rtol=1e-6)
+    check_module(text.replace("f32", "f64"), [x.astype(np.float64)])
