@@ -296,6 +296,17 @@ def run(
     typer.echo(report_results(function, module[function].call_flat(*arrays), types, sinks))
 
 
+def _artifact_metadata(path: Path) -> tuple[bytes, dict]:
+    """An artifact's bytes and metadata (checked, no device needed); errors name the file."""
+    if not path.is_file():
+        raise CLIError(f"{path}: no such file", USAGE)
+    data = path.read_bytes()
+    try:
+        return data, runtime.read_metadata(data, read_sidecar(path))
+    except runtime.ArtifactError as error:
+        raise runtime.ArtifactError(f"{path}: {error}") from None
+
+
 @app.command()
 def viz(
     source: str = typer.Argument(..., metavar="SRC", help="An .mlir file, path/to/model.py:function or an artifact."),
@@ -311,13 +322,7 @@ def viz(
         if grad or wrt is not None or func is not None:
             raise CLIError("an artifact holds no StableHLO: --grad, --wrt and --func need an .mlir or model.py", USAGE)
         path = Path(source)
-        if not path.is_file():
-            raise CLIError(f"{path}: no such file", USAGE)
-        try:
-            metadata = runtime.read_metadata(path.read_bytes(), read_sidecar(path))
-        except runtime.ArtifactError as error:
-            raise runtime.ArtifactError(f"{path}: {error}") from None
-        dot = module_graph(signatures_from_metadata(metadata), path.name)
+        dot = module_graph(signatures_from_metadata(_artifact_metadata(path)[1]), path.name)
     else:
         text, name = load_source(source)
         function = func or name
@@ -346,13 +351,7 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="Print the metadata as JSON."),
 ) -> None:
     """Show an artifact's functions, target, flags and versions (no device needed)."""
-    if not artifact.is_file():
-        raise CLIError(f"{artifact}: no such file", USAGE)
-    data = artifact.read_bytes()
-    try:
-        metadata = runtime.read_metadata(data, read_sidecar(artifact))
-    except runtime.ArtifactError as error:
-        raise runtime.ArtifactError(f"{artifact}: {error}") from None
+    data, metadata = _artifact_metadata(artifact)
     if as_json:
         typer.echo(json.dumps(metadata, indent=2, sort_keys=True))
         return

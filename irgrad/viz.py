@@ -66,10 +66,11 @@ def function_graph(text: str, func: str | None = None) -> str:
     for k, inner in enumerate(block.operations):
         op = inner.operation
         node = f"op{k}"
+        inner_ops = list(passes.regions.nested_ops(op))
         if op.name == "func.return":
             label, color, shape = "return", BOUNDARY, "ellipse"
         else:
-            held = sum(1 for _ in passes.regions.nested_ops(op))
+            held = len(inner_ops)
             kind = op.name.removeprefix("stablehlo.")
             types = ", ".join(_short_type(r) for r in op.results)
             label = kind + (f" ({held} ops inside)" if held else "") + (f"\n{types}" if types else "")
@@ -77,7 +78,7 @@ def function_graph(text: str, func: str | None = None) -> str:
             shape = "box"
         lines.append(f"  {node} [label={_quote(label)}, fillcolor={_quote(color)}, shape={shape}];")
         sources = []  # its operands, and the values its regions capture from this block
-        for used in (op, *passes.regions.nested_ops(op)):
+        for used in (op, *inner_ops):
             sources += [ids[v] for v in used.operands if v in ids]
         lines += [f"  {source} -> {node};" for source in dict.fromkeys(sources)]
         for result in op.results:

@@ -287,3 +287,24 @@ def test_viz_renders_svg_and_draws_artifacts(tmp_path):
     assert code == 2 and "unknown picture format '.txt'" in line
     code, line = _error("viz", artifact, "--grad", "-o", tmp_path / "x.dot")
     assert code == 2 and "an artifact holds no StableHLO" in line
+
+
+def test_more_refusals_name_what_is_wrong(tmp_path):
+    """Error paths of this change not covered above: each its class and its message."""
+    from irgrad.boundary import parse
+    from irgrad.passes.mlir import context
+    with pytest.raises(IRError, match=r"line 2:7: a string literal escapes bytes that are not UTF-8 text"):
+        parse('module {\n} loc("a\\FF")\n', context())
+    with pytest.raises(IRError, match=r"invalid MLIR: line 1:\d+: expected '\"' in string literal"):
+        parse('module attributes {a = "cut', context())  # a text cut inside a string: refused, no crash
+    source = tmp_path / "named.mlir"
+    source.write_text(NAMED)
+    code, line = _error("grad", source, "--list-args", "--func", "nope")
+    assert code == 2 and "no public function @nope; the module has: main" in line
+    (tmp_path / "bad.npz").write_text("not a zip")
+    code, line = _error("run", tmp_path / "missing.vmfb", "--input", f"@{tmp_path / 'bad.npz'}")
+    assert code == 2 and "bad.npz is not a .npz file" in line
+    code, line = _error("viz", source, "--wrt", "x", "-o", tmp_path / "g.dot")
+    assert code == 2 and "--wrt needs --grad" in line
+    code, line = _error("viz", tmp_path / "missing.vmfb", "-o", tmp_path / "g.dot")
+    assert code == 2 and "missing.vmfb: no such file" in line
