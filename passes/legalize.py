@@ -23,6 +23,11 @@
   legalize operation 'stablehlo.dynamic_update_slice'"). It becomes the ``scatter`` that
   writes the same window, its starts clamped as ``dynamic_update_slice`` clamps them.
 
+And one for accuracy: a float sum of more than ``summation.BLOCK`` terms (a ``reduce``, or a
+``dot_general`` with a long contraction and a small result) becomes a blocked sum
+(``summation.py``: IREE 3.13 sums sequentially, and 64 M float32 terms summed to half their
+total).
+
 And two rewrites for speed (the measurements are in ``choices.py``):
 
 * ``stablehlo.convolution`` becomes window patches and a ``dot_general`` where
@@ -42,6 +47,7 @@ import math
 from ..boundary import respell_foreign
 from . import choices, hlo
 from .convolution import lower_convolution
+from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
 from .mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
 
 
@@ -52,7 +58,8 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
                 inner = inner.operation
                 if inner.name == "stablehlo.power" and is_float(inner.results[0]) \
                         or inner.name == "stablehlo.convolution" or _reduces_everything(inner) \
-                        or inner.name == "stablehlo.dot_general" and _wider(inner) \
+                        or is_large_sum(inner) \
+                        or inner.name == "stablehlo.dot_general" and (_wider(inner) or contraction_chunks(inner)) \
                         or inner.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(inner.operands[0]) \
                         or _host_int_to_f64(inner):
                     out.append(inner)
@@ -172,13 +179,17 @@ def legalize_for_iree(module: ir.Module) -> int:
     for op in found:
         with ir.InsertionPoint(op), op.location:
             if op.name == "stablehlo.reduce":
-                _flatten_reduce(op)
-                done += 1
-                continue
-            if op.name == "stablehlo.power":
+                if _reduces_everything(op):
+                    _flatten_reduce(op)
+                if not is_large_sum(op):
+                    done += 1
+                    continue
+                replacement = rewrite_sum(op)
+            elif op.name == "stablehlo.power":
                 replacement = _safe_power(op.operands[0], op.operands[1])
             elif op.name == "stablehlo.dot_general":
-                replacement = _widened(op, _wider(op))
+                chunks = contraction_chunks(op)
+                replacement = rewrite_contraction(op, chunks) if chunks else _widened(op, _wider(op))
             elif op.name == "stablehlo.dynamic_update_slice":
                 replacement = _update_by_scatter(op)
             elif op.name == "stablehlo.convert":
