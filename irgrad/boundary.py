@@ -289,6 +289,35 @@ def _check_strings(text: str) -> None:
                           "UTF-8 text") from None
 
 
+# Brackets open deeper than this are refused before MLIR parses them: its parser recurses once
+# a level on the calling thread's stack, and 5,000 nested `module {` or a `dense<[[[...` 20,000
+# deep crashed the process (SIGSEGV). Real modules nest a few dozen levels.
+MAX_NESTING = 1000
+# Per byte: 1 opens a level, 255 (-1 as int8) closes one.
+_NESTING_STEP = bytes(1 if chr(b) in "{[(<" else 255 if chr(b) in "}])>" else 0 for b in range(256))
+
+
+def check_nesting(text: str) -> None:
+    """IRError naming the line where ``text`` nests brackets (``{ [ ( <``) more than
+    ``MAX_NESTING`` deep. Brackets inside string literals count too (harmlessly: a string
+    would need a thousand unclosed ones), and ``->`` closes nothing."""
+    if sum(text.count(c) for c in "{[(<") <= MAX_NESTING:
+        return
+    import numpy as np
+
+    data = text.replace("->", "-=").encode()
+    steps = np.frombuffer(data.translate(_NESTING_STEP), np.int8)
+    depth = np.cumsum(steps, dtype=np.int32)
+    deepest = int(depth.max(initial=0))
+    if deepest <= MAX_NESTING:
+        return
+    at = int(np.argmax(depth > MAX_NESTING))
+    line = data.count(b"\n", 0, at) + 1
+    column = at - data.rfind(b"\n", 0, at)
+    raise IRError(f"invalid MLIR: line {line}:{column}: brackets nest deeper than {MAX_NESTING} levels "
+                  f"({deepest}); MLIR's parser would overflow its stack on them")
+
+
 def parse(text: str | bytes, context: Any) -> Any:
     """Parse and verify StableHLO/CHLO/func text (or bytecode, ``module_text``) in ``context``
     (an ``ir.Context``); IRError naming the first diagnostic's line otherwise."""
@@ -297,6 +326,7 @@ def parse(text: str | bytes, context: Any) -> Any:
     from iree.compiler import ir
 
     text = module_text(text)
+    check_nesting(text)
     _check_strings(text)
     if not text.endswith("\n"):
         # MLIR's lexer reads past the end of a text cut inside a string literal (a truncated

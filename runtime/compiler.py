@@ -17,14 +17,16 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from .artifact import Artifact, atomic_write
 from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
-from .options import CompileOptions, Target
+from .options import CompileOptions, Target, format_bytes
 from ..boundary import module_text, parse, save_failed_ir
 from .signature import public_functions, signature_of
 
@@ -139,7 +141,7 @@ def compile(
             return artifact
 
     text, metadata = _annotate(mlir_text, options, flags, producer)
-    vmfb = seal(compile_vmfb(text, mlir_text, options, flags))
+    vmfb = seal(compile_vmfb(text, mlir_text, options, flags, functions=list(metadata["functions"])))
     _stats["compiles"] += 1
     artifact = Artifact(vmfb=vmfb, target=options.target.value, options=options, metadata=metadata)
     if cache:
@@ -226,20 +228,52 @@ def _annotate(
     return text, metadata
 
 
-def compile_vmfb(text: str, original: str, options: CompileOptions, flags: list[str]) -> bytes:
-    import iree.compiler as ic
+def compile_vmfb(text: str, original: str, options: CompileOptions, flags: list[str],
+                 functions: list[str] | None = None) -> bytes:
+    """Runs iree-compile on ``text`` in a child process held to ``options``' memory and time
+    limits (``CompileOptions.compile_memory_limit`` / ``compile_time_limit``): a compile that
+    runs away is a ``CompileError`` naming the functions and the limit, and this process and
+    the machine survive it (one module once took iree-compile to 24 GB)."""
+    from iree.compiler.tools.binaries import find_tool
 
-    # flags() starts with --iree-input-type and --iree-hal-target-backends,
-    # which compile_str adds itself.
+    what = ", ".join(f"@{name}" for name in functions) if functions else "the module"
+    memory, seconds = options.compile_memory_limit, options.compile_time_limit
+    with tempfile.TemporaryDirectory(prefix="irgrad-compile-") as folder:
+        out = os.path.join(folder, "module.vmfb")
+        process = subprocess.Popen([find_tool("iree-compile"), "-", *flags, "-o", out],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _limit_address_space(process.pid, memory)
+        try:
+            _, stderr = process.communicate(text.encode(), timeout=seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise CompileError(
+                f"compiling {what}: iree-compile ran past its time limit of {seconds:g} s and was stopped "
+                "(raise it with CompileOptions(time_limit=...) or IRGRAD_COMPILE_TIMEOUT=<seconds>)") from None
+        output = stderr.decode(errors="replace")
+        if process.returncode == 0:
+            return Path(out).read_bytes()
+    if _OUT_OF_MEMORY.search(output):
+        raise CompileError(
+            f"compiling {what}: iree-compile ran out of memory at its limit of {format_bytes(memory)} "
+            "(raise it with CompileOptions(memory_limit='24G') or IRGRAD_COMPILE_MEMORY=24G)",
+            diagnostics=output)
+    raise _compile_error(output, original, options)
+
+
+_OUT_OF_MEMORY = re.compile(r"out of memory|Allocation failed|bad_alloc|failed to map segment|Cannot allocate memory")
+
+
+def _limit_address_space(pid: int, limit: int) -> None:
+    """Caps a child's address space (Linux's prlimit; elsewhere only the time limit holds).
+    Set right after the child starts: what it maps before that is the loader's few pages."""
     try:
-        return ic.compile_str(
-            text,
-            target_backends=[options.target.value],
-            input_type="stablehlo",
-            extra_args=flags[2:],
-        )
-    except ic.CompilerToolError as error:
-        raise _compile_error(str(error), original, options) from None
+        import resource
+
+        resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass
 
 
 def _compile_error(output: str, mlir_text: str, options: CompileOptions) -> CompileError:

@@ -23,7 +23,7 @@ import numpy as np
 from .vmfb import read_metadata, read_sidecar, signatures_from_metadata, vm_module
 from .devices import Device, compiled_in_drivers, get_device
 from .errors import ArtifactError, DeviceError, iree_message
-from .options import Target
+from .options import host_arch, Target
 from .signature import Signature, TensorType
 from .trainer import Trainer
 
@@ -146,6 +146,8 @@ class Function:
             dtype = np.dtype(want.dtype)
         if isinstance(arg, (np.ndarray, np.generic)):
             array = np.asarray(arg)
+            if array.dtype != dtype and array.dtype.newbyteorder("=") == dtype:
+                array = array.astype(dtype)  # the other byte order (">f4" data): the same numbers
             if array.dtype != dtype:
                 raise TypeError(f"{where}: expected dtype {want.dtype}, got {array.dtype.name}")
         else:
@@ -334,8 +336,38 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
                 f"this artifact was built by another IREE version ({metadata.get('iree_compiler') or 'unknown'}; "
                 f"runtime is {runtime_version()}): {message}; recompile it"
             ) from None
-        raise DeviceError(f"cannot run this artifact on {driver!r}: {message}") from None
+        raise DeviceError(_incompatible(metadata, message) or f"cannot run this artifact on {driver!r}: {message}") \
+            from None
     return Module(dev, context, module, metadata)
+
+
+# IREE's names for the CPU architectures of its executables -> the triple's.
+_IREE_ARCHES = {"arm_64": "aarch64", "arm_32": "arm", "x86_64": "x86_64", "x86_32": "i686",
+                "riscv_64": "riscv64", "riscv_32": "riscv32", "wasm_32": "wasm32", "wasm_64": "wasm64"}
+
+
+def _incompatible(metadata: dict[str, Any], message: str) -> str | None:
+    """What to say when IREE finds no device for a CPU artifact's executables (its message is
+    the whole target description): built for another architecture, or for CPU features this
+    machine lacks. None when neither explains it."""
+    if "INCOMPATIBLE" not in message:
+        return None
+    found = re.search(r'"(?:embedded|system)-(?:elf|dylib)-(\w+)"', message)
+    options = metadata.get("options") or {}
+    triple = options.get("triple")
+    arch = triple.split("-")[0] if triple else _IREE_ARCHES.get(found.group(1)) if found else None
+    if arch is None:
+        return None
+    here = host_arch()
+    built = f"built for {arch}" + (f" (IREE's {found.group(1)} executables)" if found else "")
+    if arch != here:
+        return (f"this artifact was {built} and this machine is {here}: run it on an {arch} device "
+                f"(ig.load there, or iree-run-module --device=local-task), or here under qemu-{arch} with "
+                f"IREE's {arch} runtime (README: Training on a device), or recompile it for {here} "
+                "(without --triple)")
+    cpu = options.get("cpu")
+    return (f"this artifact was {built} with CPU features this machine lacks"
+            + (f" (cpu {cpu})" if cpu else "") + ": recompile it here, or with --cpu generic for any " + arch)
 
 
 _TMPDIR_LOCK = threading.Lock()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import platform
 import re
 import shlex
@@ -112,7 +113,31 @@ def _system_link_flags() -> list[str]:
     return ["--iree-llvmcpu-link-embedded=false", f"--iree-llvmcpu-system-linker-path={lld} -flavor gnu"]
 
 
-def _host_arch() -> str:
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(value: int | str | None, what: str) -> int | None:
+    """``12G``, ``512M``, ``1.5g`` or a number of bytes -> bytes (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = _BYTES.match(value) if isinstance(value, str) else None
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(f"bad {what} {value!r}; allowed: bytes > 0, or a size such as 12G or 512M")
+    scale = 1 << (10 * " kmgt".index(match.group(2).lower() or " "))
+    return int(float(match.group(1)) * scale)
+
+
+def format_bytes(n: int) -> str:
+    """``12884901888`` -> ``12 GiB``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
+
+
+def host_arch() -> str:
     machine = platform.machine().lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
@@ -131,6 +156,11 @@ class CompileOptions:
         cuda_arch: cuda only: ``sm_<NN>`` such as ``sm_80`` or ``sm_90a``.
         rocm_arch: rocm only: ``gfx<N>`` such as ``gfx942`` or ``gfx1100``.
         extra_flags: more iree-compile flags, appended last.
+        memory_limit: the most memory (address space) iree-compile may take, in bytes or as
+            ``"12G"``/``"512M"``; ``None``: ``$IRGRAD_COMPILE_MEMORY``, else half of this
+            machine's memory (at least 2 GiB). A compile past it is a ``CompileError``.
+        time_limit: the most seconds a compile may take; ``None``: ``$IRGRAD_COMPILE_TIMEOUT``,
+            else 1800. Neither limit changes the artifact or its cache key.
     """
 
     target: Target = Target.LLVM_CPU
@@ -139,6 +169,8 @@ class CompileOptions:
     cuda_arch: str = "sm_80"
     rocm_arch: str = "gfx942"
     extra_flags: tuple[str, ...] = ()
+    memory_limit: int | str | None = None
+    time_limit: float | None = None
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -171,11 +203,45 @@ class CompileOptions:
             if not isinstance(flag, str) or not flag.startswith("-"):
                 raise ValueError(f"bad extra flag {flag!r}; allowed: iree-compile flags starting with '-'")
         set_("extra_flags", flags)
+        set_("memory_limit", parse_bytes(self.memory_limit, "memory_limit"))
+        if self.time_limit is not None and (isinstance(self.time_limit, bool) or not isinstance(
+                self.time_limit, int | float) or not self.time_limit > 0):
+            raise ValueError(f"bad time_limit {self.time_limit!r}; allowed: a number of seconds > 0")
+
+    @property
+    def compile_memory_limit(self) -> int:
+        """The memory limit in force for this compile, in bytes (``memory_limit``)."""
+        if self.memory_limit is not None:
+            return self.memory_limit
+        env = os.environ.get("IRGRAD_COMPILE_MEMORY")
+        if env:
+            return parse_bytes(env, "IRGRAD_COMPILE_MEMORY")
+        try:
+            physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            physical = 16 << 30
+        return max(2 << 30, physical // 2)
+
+    @property
+    def compile_time_limit(self) -> float:
+        """The time limit in force for this compile, in seconds (``time_limit``)."""
+        if self.time_limit is not None:
+            return float(self.time_limit)
+        env = os.environ.get("IRGRAD_COMPILE_TIMEOUT")
+        if env:
+            try:
+                value = float(env)
+            except ValueError:
+                value = -1.0
+            if not value > 0:
+                raise ValueError(f"bad IRGRAD_COMPILE_TIMEOUT {env!r}; allowed: a number of seconds > 0")
+            return value
+        return 1800.0
 
     @property
     def is_cross(self) -> bool:
         """True when compiling llvm-cpu code for another architecture than this machine's."""
-        return self.triple is not None and self.triple.split("-")[0] != _host_arch()
+        return self.triple is not None and self.triple.split("-")[0] != host_arch()
 
     @property
     def effective_cpu(self) -> str:
@@ -202,7 +268,7 @@ class CompileOptions:
         if self.target is Target.LLVM_CPU:
             if self.triple is not None:
                 flags.append(f"--iree-llvmcpu-target-triple={self.triple}")
-            arch = self.triple.split("-")[0] if self.triple else _host_arch()
+            arch = self.triple.split("-")[0] if self.triple else host_arch()
             if arch == "riscv64" and self.effective_cpu == "generic":
                 flags.extend(_RISCV64_GENERIC)
             else:
