@@ -501,7 +501,7 @@ def _read(block: ir.Block, values: Sequence[ir.Value]) -> list[bool]:
 
 def _reverse_loop(op, cts, n: Count, tapes: dict, counters: dict, floats, wrt):
     """The reverse loop over t = n-1 .. 0; returns (loop, its body, the carries it recomputes
-    from, the recomputed forward ops, t)."""
+    from, the recomputed forward ops, t, whether each of ``wrt`` gets a cotangent)."""
     m = len(op.operands)
     seeds = [cts[k] if cts[k] is not None else hlo.zeros_like(op.operands[k]) for k in floats]
     loop, cond, body = hlo.while_([_scalar(0), *seeds, *[hlo.zeros_like(v) for v in wrt]])
@@ -526,10 +526,38 @@ def _reverse_loop(op, cts, n: Count, tapes: dict, counters: dict, floats, wrt):
         seed_of = dict(zip(floats, ct))
         grads = backprop(outs, [seed_of.get(k) for k in range(m)], [carries[k] for k in floats] + wrt,
                          allow=_in_block(body))
+        connected = _connected(body, ct, grads, [cts[k] is not None for k in floats])
         grads = [g if g is not None else hlo.zeros_like(v) for g, v in zip(grads, ct + acc)]
-        new_acc = [hlo.accumulate(a, g) for a, g in zip(acc, grads[len(floats):])]
+        new_acc = [hlo.accumulate(a, g) if c else a
+                   for a, g, c in zip(acc, grads[len(floats):], connected[len(floats):])]
         hlo.return_([hlo.add(j, _scalar(1)), *grads[:len(floats)], *new_acc], "stablehlo.return")
-    return loop, body, carries, recomputed, t
+    return loop, body, carries, recomputed, t, connected
+
+
+def _connected(body: ir.Block, ct: Sequence[ir.Value], grads: Sequence[ir.Value | None],
+               seeded: Sequence[bool]) -> list[bool]:
+    """Which of a reverse step's ``grads`` (the carries' cotangents, then the captured
+    values') can be nonzero: those that read the cotangent of a carry that can. A carry's
+    cotangent starts nonzero where it is ``seeded``; the step being linear in the carries'
+    cotangents, one computed from zero cotangents only (an unchanged carry's own, a
+    threshold read by a comparison only) stays zero, and gets no cotangent at all, as through
+    straight-line code (TensorFlow's None for a ``while_loop``'s bound)."""
+    reach: dict[ir.Value, int] = {a: 1 << i for i, a in enumerate(ct)}
+    for o in body.operations:
+        o = o.operation
+        bits = 0
+        for v in op_inputs(o):
+            bits |= reach.get(v, 0)
+        for r in o.results:
+            reach[r] = bits
+    reads = [reach.get(g, 0) if g is not None else 0 for g in grads]
+    live = sum(1 << i for i, s in enumerate(seeded) if s)
+    while True:
+        grown = live | sum(1 << i for i in range(len(ct)) if reads[i] & live)
+        if grown == live:
+            break
+        live = grown
+    return [bool(live >> i & 1) for i in range(len(ct))] + [bool(r & live) for r in reads[len(ct):]]
 
 
 def _is_row(index: ir.Value, t: ir.Value) -> bool:
@@ -596,6 +624,22 @@ def _size(op: ir.Operation) -> tuple[int, int]:
     """(ops, while loops) in the body of loop ``op``, those nested in its ops' regions included."""
     body = [o for top in op.regions[1].blocks[0].operations for o in (top.operation, *nested_ops(top.operation))]
     return len(body), sum(o.name == "stablehlo.while" for o in body)
+
+
+def _scalar_recurrence(op: ir.Operation) -> bool:
+    """Whether a float carry of one element changes from one iteration to the next (a scalar
+    recurrence: ``y = y * 1.3 + x * x``). Such a loop is not unrolled: IREE 3.13 clones the
+    whole upstream DAG of single-element elementwise ops into every dispatch that reads one
+    and fuses the copies (FuseMultiUseElementwiseProducer), which grows exponentially with
+    the length of the chain. Unrolled, a 50-step scalar loop under ``maximum_iterations``
+    (about 600 scalar ops) made iree-compile grow past 24 GB; 20 steps took 19 s and 1.2 GB,
+    10 steps 0.6 s. Tensors of two elements or more are not cloned that way (the same
+    50-step loop over 2-element vectors compiles in 1.4 s), and a scalar loop costs little
+    as a loop: its tapes are ``n`` scalars."""
+    varying = _varying(op)
+    counters = _counters(op, varying)
+    return any(k not in counters and is_float(op.operands[k]) and hlo.is_static(op.operands[k])
+               and math.prod(shape(op.operands[k])) == 1 for k in varying)
 
 
 def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
@@ -733,7 +777,8 @@ def _while(op, cts):
     wrt = _differentiable(captured)
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
-    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, *_size(op)):
+    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, *_size(op)) \
+            and not _scalar_recurrence(op):
         return _unrolled(op, cts, n, captured)
     checkpoints = _checkpoints(op, n)
     if n is None:
@@ -754,7 +799,7 @@ def _while(op, cts):
     unstacked = [k for k in varying if not hlo.is_static(op.operands[k])]
     # Build the reverse loop on placeholder tapes, then record only the carries it reads.
     tapes = {k: _tape(op.operands[k], n) for k in varying if k not in counters and k not in unstacked}
-    loop, body, carries, recomputed, t = _reverse_loop(op, cts, n, tapes, counters, floats, wrt)
+    loop, body, carries, recomputed, t, connected = _reverse_loop(op, cts, n, tapes, counters, floats, wrt)
     for k, read in zip(unstacked, _read(body, [carries[k] for k in unstacked])):
         if read:
             raise missing(op, f" (its adjoint reads loop carry #{k}, of run-time shape {op.operands[k].type}, "
@@ -781,8 +826,8 @@ def _while(op, cts):
     # carrying them would make the enclosing loop record them too.
     prune(recording)
     results = _consumed_rows(loop, t, n)[1:]
-    d_carry = dict(zip(floats, results[:len(floats)]))
-    d_captured = dict(zip(wrt, results[len(floats):]))
+    d_carry = {k: r for k, r, c in zip(floats, results[:len(floats)], connected) if c}
+    d_captured = {v: r for v, r, c in zip(wrt, results[len(floats):], connected[len(floats):]) if c}
     return (*[d_carry.get(k) for k in range(m)], *[d_captured.get(v) for v in captured])
 
 

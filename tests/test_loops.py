@@ -141,6 +141,57 @@ def test_second_derivatives_through_a_data_dependent_loop():
     np.testing.assert_allclose(h, fd, rtol=1e-6, atol=1e-8)
 
 
+# ----- maximum_iterations on a scalar recurrence (issue 29) -----------------------------------
+
+def grow_past(x, limit):
+    """y <- 1.3 y + x² from y = x while y < limit, at most 50 times (TensorFlow's early exit)."""
+    _, y = ig.while_loop(lambda i, y: y < limit, lambda i, y: (i + 1, y * 1.3 + x * x),
+                         [ig.constant(0), x], maximum_iterations=50)
+    return y
+
+
+def _grow_past_by_hand(x: float, limit: float) -> tuple[float, float, int]:
+    """(y, dy/dx, steps): y_k = 1.3^k x + x² (1.3^k - 1) / 0.3 after k steps, the loop stopping
+    at the first y_k >= limit or at k = 50; the step count is piecewise constant in x."""
+    k = 0
+    while k < 50 and 1.3 ** k * x + x * x * (1.3 ** k - 1) / 0.3 < limit:
+        k += 1
+    p = 1.3 ** k
+    return p * x + x * x * (p - 1) / 0.3, p + 2 * x * (p - 1) / 0.3, k
+
+
+def test_maximum_iterations_on_a_scalar_recurrence_is_not_unrolled():
+    """Unrolled, the 50 bounded steps were ~600 single-element ops with 258 i1 values, on
+    which iree-compile grew past 24 GB (IREE clones chains of single-element elementwise ops
+    into every dispatch that reads them): the gradient keeps the loop instead."""
+    @ig.function
+    def f(x, limit):
+        y = grow_past(x, limit)
+        return y, ig.gradients(y, [x, limit])
+
+    text = f.lower(np.float32(0.5), np.float32(100.0)).mlir
+    assert text.count("stablehlo.") < 200 and text.count("stablehlo.while") >= 2
+    for x, limit in ((0.5, 100.0), (0.5, 1e30), (2.0, 3.0)):  # 17 steps, maximum_iterations, 0 steps
+        y, (dx, dlimit) = f(np.float32(x), np.float32(limit))
+        y_ref, dx_ref, _ = _grow_past_by_hand(x, limit)
+        np.testing.assert_allclose([y, dx], [y_ref, dx_ref], rtol=2e-5)
+        assert dlimit is None  # TensorFlow: no gradient through the comparison
+
+
+@pytest.mark.parametrize("x, limit, steps", [(0.5, 100.0, 17), (0.3, 1e30, 50), (0.8, 5.0, 4), (2.0, 1.0, 0)])
+def test_maximum_iterations_gradient_against_the_hand_derived_one(x, limit, steps):
+    @ig.function
+    def f(x, limit):
+        y = grow_past(x, limit)
+        return y, ig.gradients(y, x)[0]
+
+    y_ref, dx_ref, k = _grow_past_by_hand(x, limit)
+    assert k == steps
+    y, dx = f(np.float64(x), np.float64(limit))
+    np.testing.assert_allclose([y, dx], [y_ref, dx_ref], rtol=1e-12)
+    check_fn(grow_past, np.float64(x), np.float64(limit))
+
+
 # ----- StableHLO from other producers ---------------------------------------------------------
 
 # jax.jit(lambda x, w: lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] * 1.5 + sum(sin(c[1])),
