@@ -1,0 +1,64 @@
+"""The example's ServerApp: a Flower strategy started from the artifact's initial parameters,
+refusing malformed updates (``irgrad.fleet.guard``) and evaluating the global model on the
+held-out pool with the artifact's forward (``irgrad.fleet.central_evaluation``).
+
+Run config (``pyproject.toml``, ``flwr run --run-config``): ``strategy`` (fedavg, fedadam,
+fedavgm, fedprox), ``num-server-rounds``, ``local-epochs``, ``fraction-train``,
+``min-nodes``, ``proximal-mu``, ``artifact-dir`` (built here when missing, which needs the
+compiler) and ``result-dir`` (where ``result.npz`` and ``losses.json`` go; empty: nowhere).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ConfigRecord, Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedProx
+
+import irgrad.fleet as fleet
+
+from .task import initial_params, test_set
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    directory = Path(str(cfg["artifact-dir"]))
+    kind = str(cfg.get("strategy", "fedavg"))
+    path = directory / ("fleet_prox.vmfb" if kind == "fedprox" else "fleet.vmfb")
+    if not path.exists():
+        from .model import main as build  # the host compiles the artifacts once
+        build(str(directory))
+    model = fleet.model(path)
+    init = directory / "init.npz"
+    initial = fleet.initial_arrays(model, init if init.exists() else initial_params())
+
+    nodes = int(cfg.get("min-nodes", 2))
+    common = dict(fraction_train=float(cfg.get("fraction-train", 1.0)), fraction_evaluate=0.0,
+                  min_train_nodes=nodes, min_available_nodes=nodes)
+    if kind == "fedprox":
+        strategy = FedProx(proximal_mu=float(cfg.get("proximal-mu", 0.1)), **common)
+    elif kind == "fedadam":
+        strategy = FedAdam(eta=0.02, **common)
+    elif kind == "fedavgm":
+        strategy = FedAvgM(server_momentum=0.5, **common)
+    else:
+        strategy = FedAvg(**common)
+    fleet.guard(strategy, initial)
+
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-server-rounds"]),
+                            train_config=ConfigRecord({"local-epochs": int(cfg.get("local-epochs", 2))}),
+                            evaluate_fn=fleet.central_evaluation(model, test_set()),
+                            timeout=float(cfg.get("round-timeout", 600)))
+    out = str(cfg.get("result-dir", ""))
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        np.savez(Path(out) / "result.npz", **{k: v.numpy() for k, v in result.arrays.items()})
+        losses = {int(r): float(m["loss"]) for r, m in result.evaluate_metrics_serverapp.items()}
+        (Path(out) / "losses.json").write_text(json.dumps({
+            "central_loss": losses, "refused": [list(r) for r in strategy.refused],
+            "accepted": {str(r): nodes for r, nodes in strategy.accepted.items()}}))

@@ -1,0 +1,376 @@
+"""Federated learning with irgrad training artifacts: Flower (``flwr``) clients and server helpers.
+
+A training artifact (``--train``) is the whole on-device part of federated learning: one
+compiled optimizer step, run by IREE's runtime. Flower does the rest — transport, client
+sampling, aggregation, secure aggregation, differential privacy, failures. This module joins
+the two and imports only ``irgrad.runtime``, numpy and ``flwr``, so a client needs
+``iree-base-runtime``, ``numpy``, ``flwr`` and irgrad (``pip install --no-deps irgrad``), no
+compiler and no Python ML framework.
+
+Client (``client_app``): each ``train`` message carries the global parameters as an
+``ArrayRecord`` keyed by the artifact's parameter names (the producer's argument names,
+``"arg<i>"`` where it gave none); the client runs ``local-epochs`` epochs of the artifact's
+``@F_train_step`` over its local data through ``Module.trainer`` (parameters and optimizer
+state on the device between steps) and replies with the new parameters and a
+``MetricRecord`` of ``train_loss`` (the mean of the epochs' step losses) and ``num-examples``.
+``evaluate`` runs the artifact's forward ``@F`` and replies ``eval_loss`` and
+``num-examples``.
+
+The optimizer's state between rounds: by default every round starts from a zero state (the
+counter and the slots of ``@F_train_init``), as a freshly started optimizer would on the new
+global parameters; ``keep_state=True`` keeps the client's state (Adam's moments, the step
+counter) in its ``Context`` from one round to the next, in memory on that client.
+
+FedProx: a training step compiled with the proximal term (``passes.train.proximal``) takes
+the round's global parameters as extra arguments, named ``"global:<name>"``; the client
+passes them, and the server runs Flower's ``FedProx`` (or any strategy) unchanged.
+
+Server (``initial_arrays``, ``guard``, ``central_evaluation``): initial parameters from an
+``.npz`` or arrays, checked against the artifact; ``guard(strategy, template)`` makes any
+Flower strategy refuse a reply whose arrays are not finite, have other names, shapes or
+dtypes, or whose ``num-examples`` is not a positive number, logging the reason; such an
+update is never averaged.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.logger import log
+
+from .runtime import Module, load
+
+__all__ = ["GLOBAL_PREFIX", "Model", "central_evaluation", "client_app", "guard", "initial_arrays", "model"]
+
+# A training step with the proximal term names the global copy of parameter ``w`` "global:w".
+GLOBAL_PREFIX = "global:"
+# Where ``keep_state`` keeps the optimizer's state in the client's Context.
+STATE_KEY = "irgrad.optimizer"
+
+
+class Model:
+    """An artifact's training step seen as a federated model: its parameter names, shapes and
+    dtypes, its data arguments and their static batch, local training and evaluation.
+
+    ``function`` chooses the training step where the artifact has several.
+    """
+
+    def __init__(self, module: Module | str | os.PathLike, function: str | None = None) -> None:
+        self.module = module if isinstance(module, Module) else load(module)
+        training = self.module.metadata.get("training") or {}
+        if function is None:
+            if len(training) != 1:
+                raise ValueError(f"the artifact has {len(training)} training steps; choose one with function= "
+                                 f"({', '.join(training) or 'none: compile with --train'})")
+            function = next(iter(training))
+        if function not in training:
+            raise ValueError(f"{function!r} is not a training step of this artifact "
+                             f"({', '.join(training) or 'none: compile with --train'})")
+        self.function = function
+        self.forward = function.removesuffix("_train_step")
+        layout = training[function]
+        sig = self.module.functions[function]
+        n_args = len(sig.inputs) - len(layout["state"])
+        arg_names = list(sig.arg_names or (None,) * len(sig.inputs))[:n_args]
+        names = [n if n else f"arg{i}" for i, n in enumerate(arg_names)]
+        self.wrt: list[int] = list(layout["params"])
+        self.names: list[str] = [names[i] for i in self.wrt]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"{function}: parameter names are not unique: {self.names}")
+        self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+            names[i]: (tuple(sig.inputs[i].shape), np.dtype(sig.inputs[i].dtype)) for i in self.wrt}
+        others = [i for i in range(n_args) if i not in self.wrt]
+        # Arguments named "global:<param>" take the round's global parameters (FedProx), one
+        # per parameter in the parameters' order (passes.train.proximal).
+        self.globals: list[int] = [i for i in others if names[i].startswith(GLOBAL_PREFIX)]
+        if self.globals and len(self.globals) != len(self.wrt):
+            raise ValueError(f"{function}: {len(self.globals)} {GLOBAL_PREFIX} arguments for {len(self.wrt)} "
+                             "parameters")
+        self.data: list[int] = [i for i in others if not names[i].startswith(GLOBAL_PREFIX)]
+        self.data_types = [sig.inputs[i] for i in self.data]
+        shapes = [t.shape for t in self.data_types]
+        self.batch: int | None = shapes[0][0] if shapes and shapes[0] else None
+        self._n_args = n_args
+        self._lock = threading.Lock()
+
+    # ----- parameters as Flower records -----------------------------------------------------
+
+    def arrays(self, params: Sequence[np.ndarray] | dict[str, np.ndarray]) -> ArrayRecord:
+        """``params`` (in the artifact's order, or by name) as an ``ArrayRecord`` keyed by name."""
+        if isinstance(params, dict):
+            params = [params[n] for n in self.names]
+        problem = self.check({n: np.asarray(p) for n, p in zip(self.names, params)}, len(params))
+        if problem:
+            raise ValueError(problem)
+        return ArrayRecord({n: Array(np.ascontiguousarray(p)) for n, p in zip(self.names, params)})
+
+    def params(self, record: ArrayRecord) -> list[np.ndarray]:
+        """The parameters in ``record``, in the artifact's order (ValueError when they do not fit)."""
+        arrays = {k: v.numpy() for k, v in record.items()}
+        problem = self.check(arrays)
+        if problem:
+            raise ValueError(problem)
+        return [arrays[n] for n in self.names]
+
+    def check(self, arrays: dict[str, np.ndarray], count: int | None = None) -> str | None:
+        """Why ``arrays`` are not parameters of this model (names, shapes, dtypes, finite
+        values), or None when they are."""
+        return check_arrays(arrays, self.specs, count)
+
+    # ----- training and evaluation --------------------------------------------------------
+
+    def batches(self, data: Sequence[np.ndarray], rng: np.random.Generator | None = None):
+        """``data`` (arrays with a leading example axis) in the artifact's static batches, in an
+        order shuffled by ``rng`` (None: as given); a last partial batch is left out."""
+        data = [np.asarray(d) for d in data]
+        if len(data) != len(self.data):
+            raise TypeError(f"{self.function}: the local data has {len(data)} arrays; the step takes "
+                            f"{len(self.data)} ({', '.join(str(t) for t in self.data_types)})")
+        n = len(data[0])
+        b = self.batch or n
+        if n < b:
+            raise ValueError(f"{n} local examples, fewer than the artifact's batch of {b}")
+        order = rng.permutation(n) if rng is not None else np.arange(n)
+        for start in range(0, n - b + 1, b):
+            index = order[start:start + b]
+            yield [d[index].astype(t.dtype, copy=False) for d, t in zip(data, self.data_types)]
+
+    def examples(self, data: Sequence[np.ndarray]) -> int:
+        """How many of ``data``'s examples an epoch uses (whole batches)."""
+        n = len(data[0])
+        b = self.batch or n
+        return n // b * b
+
+    def fit(self, params: Sequence[np.ndarray], data: Sequence[np.ndarray], epochs: int = 1,
+            state: Sequence[np.ndarray] | None = None, rng: np.random.Generator | None = None,
+            global_params: Sequence[np.ndarray] | None = None):
+        """``epochs`` epochs of the training step from ``params`` (and ``state``, None: zero):
+        ``(params, state, mean step loss, examples per epoch)``. ``global_params`` (default:
+        ``params``) feed a proximal step's ``global:`` arguments."""
+        trainer = self.module.trainer(list(params), self.function)
+        if state is not None:
+            _set_state(trainer, state)
+        anchors = list(global_params if global_params is not None else params) if self.globals else []
+        losses = []
+        for _ in range(epochs):
+            for batch in self.batches(data, rng):
+                result = trainer.step(*batch, *anchors)
+                losses.append(float(np.asarray(result if not isinstance(result, list) else result[0])))
+        return trainer.params(), trainer.state(), float(np.mean(losses)) if losses else float("nan"), \
+            self.examples(data)
+
+    def evaluate(self, params: Sequence[np.ndarray], data: Sequence[np.ndarray]) -> tuple[float, int]:
+        """The forward's mean loss over ``data``'s whole batches, and how many examples that is."""
+        forward = self.module[self.forward]
+        args: list[Any] = [None] * self._n_args
+        for i, p in zip(self.wrt, params):
+            args[i] = p
+        for i, p in zip(self.globals, params):
+            args[i] = p  # the proximal term is zero at the global parameters
+        losses = []
+        for batch in self.batches(data):
+            for i, d in zip(self.data, batch):
+                args[i] = d
+            out = forward(*args)
+            losses.append(float(np.asarray(out[0] if isinstance(out, tuple) else out)))
+        return float(np.mean(losses)), self.examples(data)
+
+
+def check_arrays(arrays: dict[str, np.ndarray], specs: dict[str, tuple[tuple[int, ...], np.dtype]],
+                 count: int | None = None) -> str | None:
+    """Why ``arrays`` do not match ``specs`` (name -> (shape, dtype)) or are not finite, or None."""
+    missing = [n for n in specs if n not in arrays]
+    extra = [n for n in arrays if n not in specs]
+    if count is not None and count != len(specs):
+        return f"{count} parameter arrays where {len(specs)} are expected ({', '.join(specs)})"
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(missing)}")
+        if extra:
+            parts.append(f"unexpected {', '.join(map(repr, extra))}")
+        return f"parameter names do not match the model's ({'; '.join(parts)})"
+    for name, (shape, dtype) in specs.items():
+        a = arrays[name]
+        if tuple(a.shape) != tuple(shape) or a.dtype != dtype:
+            return f"{name}: {a.dtype}{list(a.shape)} where {np.dtype(dtype)}{list(shape)} is expected"
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+            return f"{name}: {bad} of {a.size} values are not finite (NaN or infinity)"
+    return None
+
+
+def _set_state(trainer: Any, state: Sequence[np.ndarray]) -> None:
+    """Put ``state`` (``trainer.state()``'s layout) into the trainer's device buffers."""
+    step = trainer._step
+    n_args = len(step.signature.inputs) - len(trainer.layout["state"])
+    trainer._state = [step._upload(n_args + k, np.asarray(a)) for k, a in enumerate(state)]
+
+
+_MODELS: dict[tuple[str, str | None], Model] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def model(artifact: str | os.PathLike, function: str | None = None) -> Model:
+    """The ``Model`` of the artifact at ``artifact``, loaded once per process."""
+    key = (os.path.abspath(artifact), function)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = Model(key[0], function)
+        return _MODELS[key]
+
+
+Data = Sequence[np.ndarray]
+
+
+def client_app(artifact: str | os.PathLike | Callable[[Context], str | os.PathLike],
+               data: Callable[[Context], tuple[Data, Data]], *, epochs: int = 1, keep_state: bool = False,
+               function: str | None = None, mods: list | None = None) -> ClientApp:
+    """A Flower ``ClientApp`` that trains and evaluates with the training artifact ``artifact``
+    (a path, or a function of the client's ``Context`` giving one).
+
+    ``data(context)`` gives the client's ``(train, test)`` data, each a sequence of arrays with
+    a leading example axis, in the order of the training step's data arguments (those that
+    are not parameters). ``epochs`` local epochs per round unless the message's config has
+    ``local-epochs``; ``keep_state`` keeps the optimizer's state between rounds (module
+    docstring); ``mods``: Flower mods for the whole app (secure aggregation, clipping...).
+    """
+    app = ClientApp(mods=mods or [])
+
+    def setup(context: Context) -> tuple[Model, tuple[Data, Data]]:
+        path = artifact(context) if callable(artifact) else artifact
+        return model(path, function), data(context)
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        m, (local, _) = setup(context)
+        record = _only(msg.content.array_records, "ArrayRecord")
+        params = m.params(record)
+        config = next(iter(msg.content.config_records.values()), {}) if msg.content.config_records else {}
+        n_epochs = int(config.get("local-epochs", epochs))
+        server_round = int(config.get("server-round", 0))
+        state = None
+        if keep_state and STATE_KEY in context.state:
+            kept = context.state[STATE_KEY]
+            state = [kept[k].numpy() for k in sorted(kept, key=int)]
+        # The batches' order: the same for a client and round whatever the node's id.
+        seed = (int(context.node_config.get("partition-id", context.node_id)) % 2**32, server_round)
+        params, new_state, loss, n = m.fit(params, local, n_epochs, state, np.random.default_rng(seed))
+        if keep_state:
+            context.state[STATE_KEY] = ArrayRecord({str(k): Array(s) for k, s in enumerate(new_state)})
+        content = RecordDict({"arrays": m.arrays(params),
+                              "metrics": MetricRecord({"train_loss": loss, "num-examples": n})})
+        return Message(content=content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        m, (_, test) = setup(context)
+        params = m.params(_only(msg.content.array_records, "ArrayRecord"))
+        loss, n = m.evaluate(params, test)
+        content = RecordDict({"metrics": MetricRecord({"eval_loss": loss, "num-examples": n})})
+        return Message(content=content, reply_to=msg)
+
+    return app
+
+
+def _only(records: dict, what: str):
+    if len(records) != 1:
+        raise ValueError(f"expected one {what} in the message, got {len(records)}")
+    return next(iter(records.values()))
+
+
+# ----- server side ------------------------------------------------------------------------
+
+def initial_arrays(artifact: Model | str | os.PathLike, source: str | os.PathLike | dict | Sequence[np.ndarray],
+                   function: str | None = None) -> ArrayRecord:
+    """The global model's starting point for ``strategy.start(initial_arrays=...)``: ``source``
+    (an ``.npz`` keyed by parameter name, a dict, or arrays in the artifact's order), checked
+    against the artifact's parameter names, shapes and dtypes."""
+    m = artifact if isinstance(artifact, Model) else model(artifact, function)
+    if isinstance(source, (str, os.PathLike)):
+        with np.load(source, allow_pickle=False) as f:
+            source = {k: f[k] for k in f.files}
+    if isinstance(source, dict):
+        problem = m.check({k: np.asarray(v) for k, v in source.items()})
+        if problem:
+            raise ValueError(f"initial parameters: {problem}")
+        source = [source[n] for n in m.names]
+    return m.arrays(list(source))
+
+
+def guard(strategy: Any, template: ArrayRecord | Model, weighted_by_key: str = "num-examples") -> Any:
+    """``strategy`` (any Flower message-API strategy), refusing in ``aggregate_train`` every
+    reply whose parameters do not match ``template`` (the initial ``ArrayRecord``, or a
+    ``Model``): other names, shapes or dtypes, NaN or infinite values, or a ``num-examples``
+    that is not a positive finite number. Each refusal is logged (WARNING, with the node and
+    the reason) and kept in ``strategy.refused`` as ``(round, node_id, reason)``; the refused
+    update is never averaged (``strategy.accepted[round]``: the nodes whose updates were
+    passed on). Returns ``strategy``, changed in place."""
+    if isinstance(template, Model):
+        specs = dict(template.specs)
+    else:
+        specs = {k: (tuple(v.shape), np.dtype(v.numpy().dtype)) for k, v in template.items()}
+    aggregate = strategy.aggregate_train
+    strategy.refused = []
+    strategy.accepted = {}
+
+    def aggregate_train(server_round: int, replies: Iterable[Message]):
+        replies = list(replies)
+        accepted = []
+        for msg in replies:
+            if msg.has_error():  # the strategy logs and skips these (a node gone, a client that raised)
+                accepted.append(msg)
+                continue
+            reason = _refusal(msg.content, specs, weighted_by_key)
+            if reason is None:
+                accepted.append(msg)
+                continue
+            node = msg.metadata.src_node_id
+            strategy.refused.append((server_round, node, reason))
+            log(WARNING, "irgrad.fleet: round %s: refused the update of node %s: %s", server_round, node, reason)
+        strategy.accepted[server_round] = [msg.metadata.src_node_id for msg in accepted if not msg.has_error()]
+        if len(accepted) != len(replies):
+            log(INFO, "irgrad.fleet: round %s: %d updates accepted", server_round,
+                len(strategy.accepted[server_round]))
+        return aggregate(server_round, accepted)
+
+    strategy.aggregate_train = aggregate_train
+    return strategy
+
+
+def _refusal(content: RecordDict, specs: dict, weighted_by_key: str) -> str | None:
+    if len(content.array_records) != 1:
+        return f"{len(content.array_records)} ArrayRecords in the reply, expected 1"
+    try:
+        arrays = {k: v.numpy() for k, v in next(iter(content.array_records.values())).items()}
+    except Exception as error:  # a malformed Array (bytes that are no array)
+        return f"arrays that cannot be read: {error}"
+    problem = check_arrays(arrays, specs)
+    if problem:
+        return problem
+    if len(content.metric_records) != 1:
+        return f"{len(content.metric_records)} MetricRecords in the reply, expected 1"
+    n = next(iter(content.metric_records.values())).get(weighted_by_key)
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n <= 0:
+        return f"{weighted_by_key} is {n!r}, not a positive number"
+    return None
+
+
+def central_evaluation(artifact: Model | str | os.PathLike, data: Data, function: str | None = None,
+                       key: str = "loss") -> Callable[[int, ArrayRecord], MetricRecord]:
+    """An ``evaluate_fn`` for ``strategy.start``: the artifact's forward loss of the global
+    parameters on ``data`` (held by the server), as ``MetricRecord({key: loss})``."""
+    m = artifact if isinstance(artifact, Model) else model(artifact, function)
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        loss, _ = m.evaluate(m.params(arrays), data)
+        log(INFO, "irgrad.fleet: round %s: central loss %.6f", server_round, loss)
+        return MetricRecord({key: loss})
+    return evaluate

@@ -1,0 +1,481 @@
+"""Federated learning with irgrad training artifacts on Flower (``irgrad.fleet``, examples/fleet):
+the client on the runtime-only install, a 10-client Simulation Runtime run reaching central
+training's loss, a real SuperLink with SuperNodes on 127.0.0.1 (one killed mid-round),
+malformed updates refused, FedProx's term compiled into the step.
+
+Every process a test starts is bounded (timeouts) and stopped with its process group; the
+servers listen on 127.0.0.1 only; flwr's own files go to a temporary ``FLWR_HOME``.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, Context, Message, Metadata, MetricRecord, RecordDict  # noqa: E402
+
+import irgrad as ig  # noqa: E402
+from irgrad import fleet  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "fleet"
+BIN = Path(sys.executable).parent
+sys.path.insert(0, str(EXAMPLE))
+
+from fleet_app import task  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The example's artifacts (plain Adam step, FedProx step) and initial parameters."""
+    from fleet_app import model
+    out = tmp_path_factory.mktemp("fleet_build")
+    assert model.main(str(out)) == 0
+    return out
+
+
+def _central_loss(m: fleet.Model) -> float:
+    """The same model trained centrally on the union of the clients' data (20 epochs of the
+    same Adam step, converged: tests/test_fleet.py measured the held-out loss flat from
+    epoch 10 to 25), its loss on the held-out pool."""
+    params = [task.initial_params()[n] for n in m.names]
+    state = None
+    for epoch in range(20):
+        params, state, _, _ = m.fit(params, task.union(), 1, state, np.random.default_rng(epoch))
+    return m.evaluate(params, task.test_set())[0]
+
+
+# ----- the model seen by Flower -----------------------------------------------------------
+
+def test_model_reads_names_shapes_and_refuses_bad_arrays(built):
+    m = fleet.model(built / "fleet.vmfb")
+    assert m.names == ["w1", "b1", "w2", "b2"] and m.batch == task.BATCH and m.globals == []
+    init = fleet.initial_arrays(m, built / "init.npz")
+    assert list(init.keys()) == m.names
+    params = m.params(init)
+    bad = dict(zip(m.names, params))
+    bad["w1"] = bad["w1"].copy()
+    bad["w1"][0, 0] = np.nan
+    assert "w1: 1 of 128 values are not finite" in m.check(bad)
+    assert "b2: float32[3] where float32[4]" in m.check({**dict(zip(m.names, params)), "b2": np.zeros(3, np.float32)})
+    renamed = dict(zip(["W1", "b1", "w2", "b2"], params))
+    assert m.check(renamed) == "parameter names do not match the model's (missing w1; unexpected 'W1')"
+    with pytest.raises(ValueError, match="initial parameters: w2: float64"):
+        fleet.initial_arrays(m, {**dict(zip(m.names, params)), "w2": params[2].astype(np.float64)})
+    loss, n = m.evaluate(params, task.test_set())
+    assert n == task.POOL and 1.0 < loss < 2.0
+    new, state, train_loss, n = m.fit(params, task.partition(0, 10)[0], epochs=2)
+    assert n == 320 and len(state) == 1 + 2 * 4 and m.evaluate(new, task.partition(0, 10)[0])[0] < loss
+
+
+def test_fedprox_term_is_compiled_into_the_step(built):
+    """passes.train.proximal: F_prox_train_step takes the global parameters (arguments named
+    "global:<name>"); one SGD step moves each parameter by -lr·mu·(w - w_global) beyond the
+    plain step, and its loss is F's plus mu/2·||w - w_global||²."""
+    from fleet_app import model
+    mu, lr = 0.5, 0.1
+    text = model.loss.lower().mlir
+    plain = ig.load(ig.compile(ig.passes.differentiate(text, "loss", wrt=model.WRT, grad=False, train="sgd",
+                                                       learning_rate=lr)).vmfb)
+    prox_text = ig.passes.train.proximal(text, "loss", model.WRT, mu)
+    prox = ig.load(ig.compile(ig.passes.differentiate(prox_text, "loss_prox", wrt=model.WRT, grad=False,
+                                                      train="sgd", learning_rate=lr)).vmfb)
+    sig = prox.functions["loss_prox_train_step"]
+    assert sig.arg_names[:10] == ("x", "labels", "w1", "b1", "w2", "b2", "global:w1", "global:b1",
+                                  "global:w2", "global:b2")
+    m = fleet.Model(prox)
+    assert m.globals == [6, 7, 8, 9] and m.data == [0, 1]
+    rng = np.random.default_rng(0)
+    params = [p + 0.1 * rng.standard_normal(p.shape).astype(np.float32)
+              for p in (task.initial_params()[n] for n in m.names)]
+    anchors = [task.initial_params()[n] for n in m.names]
+    x, labels = (a[:task.BATCH] for a in task.union())
+    want_loss = float(plain["loss"](x, labels, *params)) + mu / 2 * sum(float(((p - g) ** 2).sum())
+                                                                       for p, g in zip(params, anchors))
+    t_plain, t_prox = plain.trainer(params), prox.trainer(params)
+    t_plain.step(x, labels)
+    got_loss = t_prox.step(x, labels, *anchors)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+    for got, want, p, g in zip(t_prox.params(), t_plain.params(), params, anchors):
+        np.testing.assert_allclose(got, want - lr * mu * (p - g), rtol=1e-5, atol=1e-6)
+    # At the global parameters the term and its gradient are zero: the plain step exactly.
+    t_plain, t_prox = plain.trainer(params), prox.trainer(params)
+    assert t_prox.step(x, labels, *params) == t_plain.step(x, labels)
+    for got, want in zip(t_prox.params(), t_plain.params()):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="mu must be a number >= 0"):
+        ig.passes.train.proximal(text, "loss", model.WRT, -1.0)
+
+
+# ----- the client on the runtime-only install ----------------------------------------------
+
+def _closure(dists: list[str]) -> set[str]:
+    """These distributions and everything they require here (extras and requirements for
+    other Pythons left out)."""
+    from packaging.requirements import Requirement
+    found, todo = set(), list(dists)
+    while todo:
+        dist = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if dist not in found:
+            found.add(dist)
+            for r in map(Requirement, importlib.metadata.requires(dist) or []):
+                if r.marker is None or r.marker.evaluate({"extra": ""}):
+                    todo.append(r.name)
+    return found
+
+
+def _client_site(root: Path) -> Path:
+    """A site-packages holding irgrad, and iree-base-runtime, numpy, flwr and what they need,
+    as links to this install's files: no compiler, no ML framework to import."""
+    site = root / "site"
+    (site / "iree").mkdir(parents=True)
+    for dist in _closure(["iree-base-runtime", "numpy", "flwr"]):
+        d = importlib.metadata.distribution(dist)
+        base = Path(d.locate_file(""))
+        tops = set()
+        for file in d.files or []:
+            parts = file.parts
+            if parts[0] == ".." or parts[0].endswith((".dist-info", ".data")) or parts[0] == "bin":
+                continue
+            tops.add(parts[:2] if parts[0] == "iree" and len(parts) > 1 else parts[:1])
+        for top in tops:
+            target, link = base.joinpath(*top), site.joinpath(*top)
+            if target.exists() and not link.exists():
+                link.symlink_to(target, target_is_directory=target.is_dir())
+        info = next((p for p in base.glob(f"{d.metadata['Name'].replace('-', '_')}-*.dist-info")), None)
+        if info is not None and not (site / info.name).exists():
+            (site / info.name).symlink_to(info, target_is_directory=True)  # flwr reads its own version
+    (site / "irgrad").symlink_to(Path(ig.__file__).parent, target_is_directory=True)
+    return site
+
+
+CLIENT_CODE = """
+import importlib.util
+import numpy as np
+import time
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, Metadata, RecordDict
+import irgrad.fleet as fleet
+for name in ("iree.compiler", "torch", "tensorflow", "jax"):
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        found = False
+    assert not found, name + " is importable"
+from fleet_app.client_app import app
+from fleet_app.task import initial_params
+def message(content, kind):
+    return Message(content=content, metadata=Metadata(run_id=1, message_id="m", src_node_id=1, dst_node_id=7,
+                   reply_to_message_id="", group_id="1", created_at=time.time(), ttl=600.0, message_type=kind))
+m = fleet.model(sys.argv[1] + "/fleet.vmfb")
+context = Context(run_id=1, node_id=7, node_config={"partition-id": 3, "num-partitions": 10}, state=RecordDict(),
+                  run_config={"artifact-dir": sys.argv[1], "strategy": "fedavg"})
+content = RecordDict({"arrays": fleet.initial_arrays(m, initial_params()),
+                      "config": ConfigRecord({"server-round": 1, "local-epochs": 2})})
+reply = app(message(content, "train"), context)
+assert not reply.has_error(), reply.error
+metrics = reply.content["metrics"]
+np.savez(sys.argv[2], loss=metrics["train_loss"], n=metrics["num-examples"],
+         **{k: v.numpy() for k, v in reply.content["arrays"].items()})
+reply = app(message(RecordDict({"arrays": fleet.initial_arrays(m, initial_params())}), "evaluate"), context)
+print("eval", reply.content["metrics"]["eval_loss"], reply.content["metrics"]["num-examples"])
+for name in ("iree.compiler", "torch", "tensorflow", "jax", "irgrad.frontend", "irgrad.passes"):
+    assert name not in sys.modules, name
+"""
+
+
+def test_client_trains_on_the_runtime_only_install_plus_flwr(built, tmp_path):
+    """The example's ClientApp, called with a train and an evaluate message in a Python that
+    can import only irgrad, iree-base-runtime, numpy, flwr and their requirements: its reply
+    is this install's ``Model.fit`` exactly."""
+    site = _client_site(tmp_path)
+    prelude = f"import sys; sys.path[:0] = [{str(site)!r}, {str(EXAMPLE)!r}]; sys.argv[1:] = " \
+              f"[{str(built)!r}, {str(tmp_path / 'reply.npz')!r}]\n"
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", prelude + CLIENT_CODE], capture_output=True, text=True,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = fleet.model(built / "fleet.vmfb")
+    init = [task.initial_params()[n] for n in m.names]
+    local, test = task.partition(3, 10)
+    want, _, loss, n = m.fit(init, local, 2, rng=np.random.default_rng((3, 1)))
+    reply = np.load(tmp_path / "reply.npz")
+    assert int(reply["n"]) == n == 320 and float(reply["loss"]) == pytest.approx(loss, rel=1e-6)
+    for name, w in zip(m.names, want):
+        np.testing.assert_array_equal(reply[name], w)
+    eval_loss, eval_n = done.stdout.split("eval ")[1].split()
+    assert int(eval_n) == 320 and float(eval_loss) == pytest.approx(m.evaluate(init, test)[0], rel=1e-6)
+
+
+# ----- processes ---------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, log: Path, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {limit} s: {log.read_text()[-2000:]}")
+
+
+def _flwr_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, FLWR_HOME=str(home), PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def _write_config(home: Path, deployment_port: int | None = None) -> None:
+    """flwr's connection config (flwr 1.42 keeps it in FLWR_HOME/config.toml, migrated from
+    the app's [tool.flwr.federations] on first use): the example's, with the test's port."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = deployment_port or 8000
+    (home / "config.toml").write_text(f"""[superlink]
+default = "local-simulation"
+
+[superlink.local-simulation]
+address = ":local:"
+options.num-supernodes = 10
+
+[superlink.local-deployment]
+address = "127.0.0.1:{port}"
+insecure = true
+""")
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, process group, command line) of this machine's processes."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        out[int(entry.name)] = (int(fields[1]), int(fields[2]), cmd)
+    return out
+
+
+def _stop_descendants(roots: set[int], marker: str | None = None) -> None:
+    """Stop ``roots``, the processes whose command line holds ``marker`` (this test's
+    FLWR_HOME), and every process they started or that names one of them as --parent-pid
+    (flwr's SuperExec runs in its own session); SIGTERM, then SIGKILL."""
+    procs = _processes()
+    mine = {p for p in roots if p in procs}
+    if marker:
+        mine |= {p for p, (_, _, cmd) in procs.items() if marker in cmd and p != os.getpid()}
+    while True:
+        more = {p for p, (ppid, _, cmd) in procs.items() if p not in mine and
+                (ppid in mine or any(f"--parent-pid {q}" in cmd for q in mine))}
+        if not more:
+            break
+        mine |= more
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in mine:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and
+                                                  "Z" not in _state(p) for p in mine):
+            time.sleep(0.2)
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rfind(")") + 2]
+    except OSError:
+        return "Z"
+
+
+def _run_config(built: Path, result: Path, **more) -> str:
+    items = {"artifact-dir": f'"{built}"', "result-dir": f'"{result}"', **{k: str(v) for k, v in more.items()}}
+    return " ".join(f"{k}={v}" for k, v in items.items())
+
+
+# ----- the Simulation Runtime: 10 clients ----------------------------------------------------
+
+@pytest.mark.slow
+def test_ten_simulated_clients_reach_the_central_loss(built, tmp_path):
+    """``flwr run examples/fleet`` (the README's line): 10 virtual clients on non-IID shards,
+    FedAvg, 10 rounds; the global model's held-out loss ends within 10 % of the same model
+    trained centrally on the union of the clients' data."""
+    home, result = tmp_path / "flwr", tmp_path / "result"
+    _write_config(home)
+    start = time.monotonic()
+    try:
+        done = subprocess.run([str(BIN / "flwr"), "run", str(EXAMPLE), "--stream", "--run-config",
+                               _run_config(built, result)], capture_output=True, text=True, cwd=ROOT,
+                              env=_flwr_env(home), timeout=400)
+    finally:
+        _stop_descendants(set(), marker=str(home))
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (result / "losses.json").exists(), done.stdout[-3000:]
+    losses = json.loads((result / "losses.json").read_text())
+    central = _central_loss(fleet.model(built / "fleet.vmfb"))
+    federated = losses["central_loss"]["10"]
+    print(f"10 clients, 10 rounds in {elapsed:.0f} s: federated {federated:.4f}, central {central:.4f}, "
+          f"ratio {federated / central:.3f}")
+    assert federated <= 1.10 * central, (federated, central)
+    assert losses["refused"] == []
+    assert sorted(map(int, losses["accepted"])) == list(range(1, 11))
+    assert all(len(nodes) == 10 for nodes in losses["accepted"].values())
+
+
+# ----- bad actors ----------------------------------------------------------------------------
+
+def test_nan_shape_and_name_updates_are_refused_with_a_reason(built):
+    """Five simulated clients, two honest: one replies with a NaN, one with a wrong shape, one
+    with a renamed array. Each bad update is refused with its reason (logged, and in
+    ``strategy.refused``) and the global model is exactly the mean of the honest updates."""
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    path = built / "fleet.vmfb"
+    m = fleet.model(path)
+    initial = fleet.initial_arrays(m, built / "init.npz")
+    outcome = {}
+
+    def corrupt(msg, context, call_next):
+        reply = call_next(msg, context)
+        p = int(context.node_config["partition-id"])
+        if p >= 2 and not reply.has_error():
+            arrays = {k: v.numpy() for k, v in reply.content["arrays"].items()}
+            if p == 2:
+                arrays["w2"] = arrays["w2"].copy()
+                arrays["w2"][1, 1] = np.nan
+            elif p == 3:
+                arrays["b1"] = np.zeros(17, np.float32)
+            else:
+                arrays["weights1"] = arrays.pop("w1")
+            reply.content["arrays"] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+        return reply
+
+    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 5), epochs=1,
+                              mods=[corrupt])
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = fleet.guard(FedAvg(fraction_evaluate=0.0, min_available_nodes=5, min_train_nodes=5), initial)
+        result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=1, timeout=120)
+        outcome["refused"] = strategy.refused
+        outcome["arrays"] = {k: v.numpy() for k, v in result.arrays.items()}
+
+    run_simulation(server_app=server, client_app=client, num_supernodes=5,
+                   backend_config={"client_resources": {"num_cpus": 1}})
+    reasons = sorted(r for _, _, r in outcome["refused"])
+    assert len(reasons) == 3, outcome["refused"]
+    assert reasons[0] == "b1: float32[17] where float32[16] is expected"
+    assert reasons[1] == "parameter names do not match the model's (missing w1; unexpected 'weights1')"
+    assert reasons[2] == "w2: 1 of 64 values are not finite (NaN or infinity)"
+    init = m.params(initial)
+    honest = [m.fit(init, task.partition(p, 5)[0], 1, rng=np.random.default_rng((p, 1)))[0] for p in (0, 1)]
+    for name, a, b in zip(m.names, *honest):
+        np.testing.assert_allclose(outcome["arrays"][name], (a + b) / 2, rtol=1e-6, atol=1e-7)
+
+
+def test_reply_without_examples_or_with_extra_records_is_refused(built):
+    m = fleet.model(built / "fleet.vmfb")
+    initial = fleet.initial_arrays(m, built / "init.npz")
+
+    class Strategy:
+        def aggregate_train(self, server_round, replies):
+            return replies, None
+
+    strategy = fleet.guard(Strategy(), initial)
+
+    def reply(content):
+        return Message(content=RecordDict(content), metadata=Metadata(
+            run_id=1, message_id="m", src_node_id=5, dst_node_id=1, reply_to_message_id="q", group_id="3",
+            created_at=time.time(), ttl=600.0, message_type="train"))
+    good = {"arrays": initial, "metrics": MetricRecord({"num-examples": 10})}
+    accepted, _ = strategy.aggregate_train(3, [reply(good), reply({**good, "metrics": MetricRecord({"num-examples": 0})}),
+                                               reply({**good, "more": initial})])
+    assert len(accepted) == 1
+    assert [r for _, _, r in strategy.refused] == ["num-examples is 0, not a positive number",
+                                                    "2 ArrayRecords in the reply, expected 1"]
+
+
+# ----- the Deployment Runtime: a SuperLink and three SuperNodes on 127.0.0.1 ------------------
+
+@pytest.mark.slow
+def test_superlink_and_three_supernodes_survive_a_killed_supernode(built, tmp_path):
+    """A real SuperLink and three SuperNodes as processes on 127.0.0.1 (insecure mode), and
+    ``flwr run examples/fleet local-deployment`` (the example unchanged, the test's port in
+    flwr's connection config). In round 2 one SuperNode is killed mid-training: the run
+    finishes with the other two, and from round 2 on only their updates are averaged."""
+    home, result = tmp_path / "flwr", tmp_path / "result"
+    port = _free_port()
+    _write_config(home, port)
+    env = _flwr_env(home)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    started: list[subprocess.Popen] = []
+
+    def start(name, args):
+        out = open(logs / f"{name}.log", "w")
+        started.append(subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=out, stderr=subprocess.STDOUT,
+                                        env=env, cwd=tmp_path, start_new_session=True))
+        return started[-1]
+    try:
+        start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
+                            "--database", str(tmp_path / "state.db")])
+        _wait_for_port(port, logs / "superlink.log")
+        nodes = [start(f"supernode{i}", ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}",
+                                         "--port", str(_free_port()), "--node-config",
+                                         f"partition-id={i} num-partitions=3"]) for i in range(3)]
+        run = subprocess.Popen([str(BIN / "flwr"), "run", str(EXAMPLE), "local-deployment", "--stream",
+                                "--run-config", _run_config(built, result, **{
+                                    "num-server-rounds": 3, "min-nodes": 2, "local-epochs": 1000,
+                                    "round-timeout": 20.0})],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
+                               start_new_session=True)
+        started.append(run)
+        output, killed = [], False
+        deadline = time.monotonic() + 240
+        for line in run.stdout:
+            output.append(line)
+            if not killed and "[ROUND 2/" in line:
+                time.sleep(1.0)  # the three clients are training
+                _stop_descendants({nodes[2].pid})
+                killed = True
+            assert time.monotonic() < deadline, "".join(output[-50:])
+        assert run.wait(timeout=60) == 0, "".join(output[-80:])
+    finally:
+        _stop_descendants({p.pid for p in started}, marker=str(home))
+    text = "".join(output)
+    assert killed, text[-3000:]
+    losses = json.loads((result / "losses.json").read_text())
+    accepted = {int(r): nodes for r, nodes in losses["accepted"].items()}
+    assert len(accepted[1]) == 3, accepted
+    assert len(accepted[2]) == 2 and len(accepted[3]) == 2 and set(accepted[2]) < set(accepted[1]), accepted
+    assert losses["refused"] == []
+    # (1000 local epochs, to make a round long enough to kill a client in, overfit each
+    # client's two classes: the loss says only that the averaged model is a number.)
+    assert all(np.isfinite(v) for v in losses["central_loss"].values())
+    with np.load(result / "result.npz") as final:
+        assert sorted(final.files) == ["b1", "b2", "w1", "w2"]
