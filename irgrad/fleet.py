@@ -251,20 +251,14 @@ def client_app(artifact: str | os.PathLike | Callable[[Context], str | os.PathLi
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         m, (local, _) = setup(context)
+        if _LEGACY_FIT in msg.content.array_records:  # a legacy workflow's FitIns (SecAgg+)
+            return _legacy_train(m, msg, context, local, epochs, keep_state)
         record = _only(msg.content.array_records, "ArrayRecord")
         params = m.params(record)
         config = next(iter(msg.content.config_records.values()), {}) if msg.content.config_records else {}
         n_epochs = int(config.get("local-epochs", epochs))
         server_round = int(config.get("server-round", 0))
-        state = None
-        if keep_state and STATE_KEY in context.state:
-            kept = context.state[STATE_KEY]
-            state = [kept[k].numpy() for k in sorted(kept, key=int)]
-        # The batches' order: the same for a client and round whatever the node's id.
-        seed = (int(context.node_config.get("partition-id", context.node_id)) % 2**32, server_round)
-        params, new_state, loss, n = m.fit(params, local, n_epochs, state, np.random.default_rng(seed))
-        if keep_state:
-            context.state[STATE_KEY] = ArrayRecord({str(k): Array(s) for k, s in enumerate(new_state)})
+        params, loss, n = _local_training(m, params, local, n_epochs, server_round, context, keep_state)
         content = RecordDict({"arrays": m.arrays(params),
                               "metrics": MetricRecord({"train_loss": loss, "num-examples": n})})
         return Message(content=content, reply_to=msg)
@@ -278,6 +272,43 @@ def client_app(artifact: str | os.PathLike | Callable[[Context], str | os.PathLi
         return Message(content=content, reply_to=msg)
 
     return app
+
+
+def _local_training(m: Model, params: list[np.ndarray], local: Data, epochs: int, server_round: int,
+                    context: Context, keep_state: bool) -> tuple[list[np.ndarray], float, int]:
+    state = None
+    if keep_state and STATE_KEY in context.state:
+        kept = context.state[STATE_KEY]
+        state = [kept[k].numpy() for k in sorted(kept, key=int)]
+    # The batches' order: the same for a client and round whatever the node's id.
+    seed = (int(context.node_config.get("partition-id", context.node_id)) % 2**32, server_round)
+    params, new_state, loss, n = m.fit(params, local, epochs, state, np.random.default_rng(seed))
+    if keep_state:
+        context.state[STATE_KEY] = ArrayRecord({str(k): Array(s) for k, s in enumerate(new_state)})
+    return params, loss, n
+
+
+# Flower's legacy workflows (DefaultWorkflow, which SecAgg+ needs) send FitIns: the parameters
+# as an ArrayRecord of positional arrays, replies are FitRes.
+_LEGACY_FIT = "fitins.parameters"
+
+
+def _legacy_train(m: Model, msg: Message, context: Context, local: Data, epochs: int, keep_state: bool) -> Message:
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.compat.common import recorddict_compat as compat
+
+    fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+    arrays = parameters_to_ndarrays(fitins.parameters)
+    problem = m.check(dict(zip(m.names, arrays)), len(arrays))
+    if problem:
+        raise ValueError(problem)
+    config = fitins.config
+    group = msg.metadata.group_id  # the legacy workflows' round number
+    server_round = int(config.get("server-round", group if group.isdigit() else 0))
+    params, loss, n = _local_training(m, arrays, local, int(config.get("local-epochs", epochs)), server_round,
+                                      context, keep_state)
+    fitres = FitRes(Status(Code.OK, "ok"), ndarrays_to_parameters(params), n, {"train_loss": loss})
+    return Message(content=compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
 
 
 def _only(records: dict, what: str):
