@@ -241,11 +241,13 @@ def _flwr_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _write_config(home: Path, deployment_port: int | None = None) -> None:
+def _write_config(home: Path, deployment_port: int | None = None, root_certificates: Path | None = None) -> None:
     """flwr's connection config (flwr 1.42 keeps it in FLWR_HOME/config.toml, migrated from
-    the app's [tool.flwr.federations] on first use): the example's, with the test's port."""
+    the app's [tool.flwr.federations] on first use): the example's, with the test's port and,
+    given ``root_certificates``, TLS instead of insecure mode."""
     home.mkdir(parents=True, exist_ok=True)
     port = deployment_port or 8000
+    security = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
     (home / "config.toml").write_text(f"""[superlink]
 default = "local-simulation"
 
@@ -255,8 +257,43 @@ options.num-supernodes = 10
 
 [superlink.local-deployment]
 address = "127.0.0.1:{port}"
-insecure = true
+{security}
 """)
+
+
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it, made here (cryptography is a
+    requirement of flwr): (ca.crt, server.pem, server.key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "irgrad test CA")])
+
+    def certificate(subject, key, signer, extensions):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(hours=2)))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical=critical)
+        return builder.sign(signer, hashes.SHA256())
+    ca = certificate(ca_name, ca_key, ca_key, [(x509.BasicConstraints(ca=True, path_length=None), True)])
+    server = certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), server_key, ca_key,
+                         [(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)])
+    pem = serialization.Encoding.PEM
+    paths = folder / "ca.crt", folder / "server.pem", folder / "server.key"
+    paths[0].write_bytes(ca.public_bytes(pem))
+    paths[1].write_bytes(server.public_bytes(pem))
+    paths[2].write_bytes(server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
+    return paths
 
 
 def _processes() -> dict[int, tuple[int, int, str]]:
@@ -514,13 +551,15 @@ def test_client_side_dp_clipping_runs_and_bounds_the_update(built):
 
 @pytest.mark.slow
 def test_superlink_and_three_supernodes_survive_a_killed_supernode(built, tmp_path):
-    """A real SuperLink and three SuperNodes as processes on 127.0.0.1 (insecure mode), and
-    ``flwr run examples/fleet local-deployment`` (the example unchanged, the test's port in
-    flwr's connection config). In round 2 one SuperNode is killed mid-training: the run
-    finishes with the other two, and from round 2 on only their updates are averaged."""
+    """A real SuperLink and three SuperNodes as processes on 127.0.0.1, over TLS with a CA and
+    a server certificate the test makes, and ``flwr run examples/fleet local-deployment`` (the
+    example unchanged; the test's port and CA in flwr's connection config). In round 2 one
+    SuperNode is killed mid-training: the run finishes with the other two, and from round 2
+    on only their updates are averaged."""
     home, result = tmp_path / "flwr", tmp_path / "result"
     port = _free_port()
-    _write_config(home, port)
+    ca, cert, key = _certificates(tmp_path)
+    _write_config(home, port, root_certificates=ca)
     env = _flwr_env(home)
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -532,10 +571,12 @@ def test_superlink_and_three_supernodes_survive_a_killed_supernode(built, tmp_pa
                                         env=env, cwd=tmp_path, start_new_session=True))
         return started[-1]
     try:
-        start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
+        start("superlink", ["flower-superlink", "--ssl-ca-certfile", str(ca), "--ssl-certfile", str(cert),
+                            "--ssl-keyfile", str(key), "--host", "127.0.0.1", "--port", str(port),
                             "--database", str(tmp_path / "state.db")])
         _wait_for_port(port, logs / "superlink.log")
-        nodes = [start(f"supernode{i}", ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}",
+        nodes = [start(f"supernode{i}", ["flower-supernode", "--root-certificates", str(ca),
+                                         "--superlink", f"127.0.0.1:{port}",
                                          "--port", str(_free_port()), "--node-config",
                                          f"partition-id={i} num-partitions=3"]) for i in range(3)]
         run = subprocess.Popen([str(BIN / "flwr"), "run", str(EXAMPLE), "local-deployment", "--stream",
@@ -559,6 +600,7 @@ def test_superlink_and_three_supernodes_survive_a_killed_supernode(built, tmp_pa
         _stop_descendants({p.pid for p in started}, marker=str(home))
     text = "".join(output)
     assert killed, text[-3000:]
+    assert f"running on https://127.0.0.1:{port}" in (logs / "superlink.log").read_text()
     losses = json.loads((result / "losses.json").read_text())
     accepted = {int(r): nodes for r, nodes in losses["accepted"].items()}
     assert len(accepted[1]) == 3, accepted
