@@ -11,7 +11,7 @@ import pytest
 
 import irgrad as ig
 from irgrad.passes.legalize import legalize_text
-from irgrad.passes.summation import BLOCK
+from irgrad.passes.summation import THRESHOLD
 
 F32 = np.float32
 TOLERANCE = 1e-6
@@ -67,7 +67,7 @@ def test_gradients_that_sum_over_a_large_batch():
     assert relative_error(dw, x64.T @ ct) < TOLERANCE
 
 
-# ----- the rewrite's shapes: every branch against numpy, on sizes just past a block -----------
+# ----- the rewrite's shapes: every branch against numpy, on sizes just past the threshold -----------
 
 def _run(text: str, *args):
     return ig.load(ig.compile(text).vmfb)["main"](*args)
@@ -86,11 +86,11 @@ func.func @main(%x: tensor<{s}f32>) -> tensor<{out}f32> {{
 
 
 @pytest.mark.parametrize("shape,dims,init", [
-    ((1031,), [0], 0.0),                 # a prime length: blocks and a tail
-    ((4, 3 * BLOCK + 5, 3), [1], 0.0),   # a middle dimension, kept dims on both sides
-    ((3 * BLOCK + 1, 7), [0], 2.5),      # a leading dimension (a bias gradient's sum), an init value
-    ((40, 9, 30), [0, 2], 0.0),          # two dimensions, neither alone past a block
-    ((6, 70, 80), [0, 1, 2], -1.0),      # everything (flattened first, legalize.py)
+    ((1031,), [0], 0.0),                      # a prime length: blocks and a tail
+    ((4, 3 * THRESHOLD + 5, 3), [1], 0.0),    # a middle dimension, kept dims on both sides
+    ((3 * THRESHOLD + 1, 7), [0], 2.5),       # a leading dimension (a bias gradient's sum), an init value
+    ((40, 9, 30), [0, 2], 0.0),               # two dimensions, neither alone past the threshold
+    ((6, 70, 80), [0, 1, 2], -1.0),           # everything (flattened first, legalize.py)
 ])
 def test_blocked_sums_equal_the_sum(shape, dims, init):
     text = _reduce_module(shape, dims, init)
@@ -101,16 +101,16 @@ def test_blocked_sums_equal_the_sum(shape, dims, init):
 
 
 def test_a_short_sum_and_a_float64_sum_are_left_alone():
-    assert legalize_text(_reduce_module((BLOCK,), [0])).count("stablehlo.reduce") == 1
-    long64 = _reduce_module((4 * BLOCK,), [0]).replace("f32", "f64")
+    assert legalize_text(_reduce_module((THRESHOLD,), [0])).count("stablehlo.reduce") == 1
+    long64 = _reduce_module((4 * THRESHOLD,), [0]).replace("f32", "f64")
     assert legalize_text(long64).count("stablehlo.reduce") == 1
 
 
 @pytest.mark.parametrize("lhs,rhs,dims", [
-    ((5 * BLOCK + 3,), (5 * BLOCK + 3, 6), "contracting_dims = [0] x [0]"),            # ones · x, a tail
-    ((2, 4 * BLOCK, 3), (2, 4 * BLOCK, 5),
+    ((5 * THRESHOLD + 3,), (5 * THRESHOLD + 3, 6), "contracting_dims = [0] x [0]"),  # ones · x, a tail
+    ((2, 4 * THRESHOLD, 3), (2, 4 * THRESHOLD, 5),
      "batching_dims = [0] x [0], contracting_dims = [1] x [1]"),                        # batched xᵀ · ct
-    ((3, 2, 700), (700, 2, 4), "contracting_dims = [1, 2] x [1, 0]"),                 # two contracting dims
+    ((3, 2, 700), (700, 2, 4), "contracting_dims = [1, 2] x [1, 0]"),  # two contracting dims
 ])
 def test_long_contractions_are_chunked_and_equal_the_product(lhs, rhs, dims):
     rng = np.random.default_rng(4)
