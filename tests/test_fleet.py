@@ -119,6 +119,71 @@ def test_fedprox_term_is_compiled_into_the_step(built):
         ig.passes.train.proximal(text, "loss", model.WRT, -1.0)
 
 
+def _message(content: RecordDict, kind: str) -> Message:
+    return Message(content=content, metadata=Metadata(
+        run_id=1, message_id="m", src_node_id=1, dst_node_id=7, reply_to_message_id="", group_id="1",
+        created_at=time.time(), ttl=600.0, message_type=kind))
+
+
+def test_keep_state_carries_the_optimizer_state_between_rounds(built):
+    """keep_state=True: the second round's Adam starts from the first round's moments and step
+    counter (kept in the client's Context); by default every round starts from zero."""
+    from flwr.app import ConfigRecord
+    m = fleet.model(built / "fleet.vmfb")
+    initial = fleet.initial_arrays(m, built / "init.npz")
+    local = task.partition(1, 10)
+
+    def two_rounds(keep):
+        app = fleet.client_app(built / "fleet.vmfb", lambda c: local, epochs=1, keep_state=keep)
+        context = Context(run_id=1, node_id=7, node_config={"partition-id": 1}, state=RecordDict(), run_config={})
+        replies = []
+        for r in (1, 2):
+            content = RecordDict({"arrays": initial, "config": ConfigRecord({"server-round": r})})
+            replies.append(app(_message(content, "train"), context))
+        return context, m.params(replies[1].content["arrays"])
+    kept, second = two_rounds(True)
+    assert int(kept.state[fleet.STATE_KEY]["0"].numpy()) == 20  # two rounds of 10 steps
+    reset, fresh = two_rounds(False)
+    assert fleet.STATE_KEY not in reset.state
+    init = m.params(initial)
+    _, state, _, _ = m.fit(init, local[0], 1, rng=np.random.default_rng((1, 1)))
+    want = m.fit(init, local[0], 1, state, rng=np.random.default_rng((1, 2)))[0]
+    for got, w in zip(second, want):
+        np.testing.assert_array_equal(got, w)
+    assert not all(np.array_equal(a, b) for a, b in zip(second, fresh))
+
+
+def test_fedprox_runs_with_the_compiled_proximal_step(built):
+    """Flower's FedProx over three simulated clients with the FedProx artifact: each client
+    passes the round's global parameters to the step's global: arguments; one round gives the
+    mean of the clients' proximal local training."""
+    from flwr.serverapp import ServerApp
+    from flwr.serverapp.strategy import FedProx
+    from flwr.simulation import run_simulation
+
+    path = built / "fleet_prox.vmfb"
+    m = fleet.model(path)
+    assert m.function == "loss_prox_train_step" and len(m.globals) == 4
+    initial = fleet.initial_arrays(m, built / "init.npz")
+    outcome = {}
+    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 3), epochs=1)
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context) -> None:
+        strategy = fleet.guard(FedProx(proximal_mu=0.1, fraction_evaluate=0.0, min_available_nodes=3,
+                                       min_train_nodes=3), initial)
+        outcome["params"] = m.params(strategy.start(grid=grid, initial_arrays=initial, num_rounds=1,
+                                                    timeout=120).arrays)
+
+    run_simulation(server_app=server, client_app=client, num_supernodes=3,
+                   backend_config={"client_resources": {"num_cpus": 1}})
+    for got, want in zip(outcome["params"], _honest_mean(m, initial, 3)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    plain = _honest_mean(fleet.model(built / "fleet.vmfb"), initial, 3)
+    assert not all(np.allclose(a, b, atol=1e-6) for a, b in zip(outcome["params"], plain))
+
+
 # ----- the client on the runtime-only install ----------------------------------------------
 
 def _closure(dists: list[str]) -> set[str]:
