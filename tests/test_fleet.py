@@ -487,8 +487,25 @@ def test_nan_shape_and_name_updates_are_refused_with_a_reason(built):
         outcome["refused"] = strategy.refused
         outcome["arrays"] = {k: v.numpy() for k, v in result.arrays.items()}
 
-    run_simulation(server_app=server, client_app=client, num_supernodes=5,
-                   backend_config={"client_resources": {"num_cpus": 1}})
+    import logging
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+    lines = Lines()
+    logging.getLogger("flwr").addHandler(lines)
+    try:
+        run_simulation(server_app=server, client_app=client, num_supernodes=5,
+                       backend_config={"client_resources": {"num_cpus": 1}})
+    finally:
+        logging.getLogger("flwr").removeHandler(lines)
+    logged = [line for line in lines.lines if "refused the update of node" in line]
+    assert len(logged) == 3 and any(line.endswith("w2: 1 of 64 values are not finite (NaN or infinity)")
+                                    for line in logged), logged
     reasons = sorted(r for _, _, r in outcome["refused"])
     assert len(reasons) == 3, outcome["refused"]
     assert reasons[0] == "b1: float32[17] where float32[16] is expected"
