@@ -98,7 +98,6 @@ class Model:
         shapes = [t.shape for t in self.data_types]
         self.batch: int | None = shapes[0][0] if shapes and shapes[0] else None
         self._n_args = n_args
-        self._lock = threading.Lock()
 
     # ----- parameters as Flower records -----------------------------------------------------
 
