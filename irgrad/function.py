@@ -89,7 +89,14 @@ class ConcreteFunction:
         return m
 
     def run(self, arrays: list[np.ndarray], target: str, device: str | None, flags: dict):
-        fn = self.module(target, device, flags)[self.name]
+        return self.run_with(self.module(target, device, flags)[self.name], arrays)
+
+    def run_with(self, fn, arrays: list[np.ndarray]):
+        """Calls the loaded function ``fn`` of this trace: arrays, then the variables' values;
+        updates the assigned variables; returns the outputs in ``fn``'s Python structure."""
+        if not self.variables and not self.updates and self.output_slots == [0] \
+                and not isinstance(self.outputs_structure, (list, tuple, dict)):
+            return fn.call_flat(*arrays)[0]  # one tensor: nothing to pack
         results = fn.call_flat(*arrays, *[v.numpy() for v in self.variables])
         n = len(results) - len(self.updates)
         for var, value in zip(self.updates, results[n:]):
@@ -151,6 +158,9 @@ def emit_text(module: ir.Module | ir.Operation) -> str:
         clean.erase()
 
 
+_ARRAYS = (np.ndarray, np.generic)
+
+
 class Function:
     """A Python function traced per input signature, compiled with IREE and run."""
 
@@ -170,6 +180,9 @@ class Function:
         _options(target, compile_flags)  # reject a bad target or flag now
         self._signature = _python_signature(fn)
         self._traces: dict[Any, ConcreteFunction] = {}
+        # Calls whose arguments are all numpy arrays, by (shape, dtype) of each: the trace and
+        # its loaded function, so a repeated call skips binding and building the trace's key.
+        self._fast: dict[tuple, tuple[ConcreteFunction, Any]] = {}
 
     # --- argument handling ---
     def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -244,10 +257,19 @@ class Function:
         return cf
 
     def __call__(self, *args, **kwargs):
-        args, kwargs = self._bind(args, kwargs)
-        key, with_specs, arrays = self._specs_and_arrays(args, kwargs, lowering=False)
+        fast = None
+        if not kwargs and self.input_signature is None and all(isinstance(a, _ARRAYS) for a in args):
+            fast = tuple((a.shape, a.dtype) for a in args)
+            hit = self._fast.get(fast)
+            if hit is not None:
+                return hit[0].run_with(hit[1], [np.asarray(a) for a in args])
+        bound_args, bound_kwargs = self._bind(args, kwargs)
+        key, with_specs, arrays = self._specs_and_arrays(bound_args, bound_kwargs, lowering=False)
         cf = self._concrete(key, with_specs)
-        return cf.run(arrays, self.target, self.device, self.compile_flags)
+        fn = cf.module(self.target, self.device, self.compile_flags)[cf.name]
+        if fast is not None and len(arrays) == len(args):  # every argument was an array leaf
+            self._fast[fast] = (cf, fn)
+        return cf.run_with(fn, arrays)
 
     def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (arrays, values or TensorSpecs) without running."""

@@ -182,6 +182,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
         "options": info.get("options"),
         "iree_compiler": info.get("iree_compiler"),
         "producer": info.get("producer"),
+        "work": info.get("work"),
         "functions": functions,
         "training": training,
     }

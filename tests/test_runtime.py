@@ -153,7 +153,8 @@ def test_functions_and_signatures(cpu_artifact, cpu_module):
     assert list(cpu_module.functions) == ["f", "two"]  # @helper is private
     assert repr(cpu_module.functions["f"]) == "f(2x3xf32, 3xf32) -> (2xf32)"
     assert repr(cpu_module.functions["two"]) == "two(2x3xf32, 3xf32) -> (2xf32, f32)"
-    assert cpu_module.device == "local-task" and cpu_module.target == "llvm-cpu"
+    # A few dozen elements of work: the default device is local-sync (loader.default_driver).
+    assert cpu_module.device == "local-sync" and cpu_module.target == "llvm-cpu"
     meta = cpu_artifact.metadata
     assert meta["functions"]["f"]["inputs"] == [
         {"shape": [2, 3], "dtype": "float32"},
@@ -696,3 +697,24 @@ def test_loading_a_system_linked_artifact_leaves_nothing_in_tmpdir(tmp_path):
     assert done.returncode == 0, done.stderr
     assert [float(v) for v in done.stdout.split()] == pytest.approx([3 * np.cos(1.0)] * 3)
     assert list(scratch.iterdir()) == []
+
+
+def test_the_default_cpu_device_follows_the_work():
+    """Little work runs on local-sync (no worker wake-ups per call), much on local-task's threads;
+    an artifact whose work is unknown (run-time shapes, or built elsewhere) keeps local-task."""
+    small = rt.compile(MLIR_F32)
+    assert 0 < small.metadata["work"] <= rt.loader.SYNC_WORK
+    assert rt.load(small.vmfb).device == "local-sync"
+    big = rt.compile("""
+func.func @mm(%a: tensor<512x512xf32>) -> tensor<512x512xf32> {
+  %r = stablehlo.dot_general %a, %a, contracting_dims = [1] x [0] : (tensor<512x512xf32>, tensor<512x512xf32>) -> tensor<512x512xf32>
+  return %r : tensor<512x512xf32>
+}""")
+    assert big.metadata["work"] > rt.loader.SYNC_WORK  # 512² elements + 512³ multiply-adds / 32
+    module = rt.load(big.vmfb)
+    assert module.device == "local-task"
+    a = np.eye(512, dtype=np.float32)
+    np.testing.assert_array_equal(module["mm"](a), a)
+    assert rt.loader.default_driver({"target": "llvm-cpu", "work": None}) == "local-task"
+    assert rt.loader.default_driver({"target": "vmvx", "work": 1.0}) == "local-task"
+    assert rt.load(small.vmfb, device="local-task").device == "local-task"  # an explicit choice stands
