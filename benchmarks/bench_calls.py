@@ -74,7 +74,8 @@ def adam_step(jax, jnp):
 
     x, y, *params = mlp.example_inputs()
     text = ig.export(mlp.loss)
-    module = ig.compile(ig.passes.differentiate(text, wrt=[2, 3, 4, 5], grad=False, train="adam", learning_rate=0.01)).load()
+    train = ig.passes.differentiate(text, wrt=[2, 3, 4, 5], grad=False, train="adam", learning_rate=0.01)
+    module = ig.compile(train).load()
     step = next(n for n in module if n.endswith("_train_step"))
     trainer = module.trainer(params, step)
 
