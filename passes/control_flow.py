@@ -21,8 +21,10 @@ passes them to these rules after the op's operands (see ``op_inputs``).
   accumulating the captured values'. With a trip count ``n`` known at compile time (JAX's
   ``fori_loop`` and ``scan``) the tapes are ``n`` long and the forward loop runs once; a
   short loop (``choices.unroll_loop``) is unrolled in place instead and differentiated as
-  straight-line code. A loop whose counter is compared with a bound the loop does not
-  change (``i < n``, ``n`` an argument; the reverse loops this pass builds) gets its count
+  straight-line code, unless it carries a scalar recurrence (``_scalar_recurrence``: IREE
+  3.13's compile time and memory grow exponentially with unrolled chains of one-element
+  ops). A loop whose counter is compared with a bound the loop does not change (``i < n``,
+  ``n`` an argument; the reverse loops this pass builds) gets its count
   ``max(0, ceil((bound - start) / step))`` computed before it and runs once too, into tapes
   sized ``n`` at run time (``tensor<?x...>``). Any other loop (a convergence test, a
   threshold, an inner loop whose count changes with the outer iteration) runs twice: a first
