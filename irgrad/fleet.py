@@ -111,8 +111,14 @@ class Model:
         return ArrayRecord({n: Array(np.ascontiguousarray(p)) for n, p in zip(self.names, params)})
 
     def params(self, record: ArrayRecord) -> list[np.ndarray]:
-        """The parameters in ``record``, in the artifact's order (ValueError when they do not fit)."""
+        """The parameters in ``record``, in the artifact's order (ValueError when they do not fit).
+        Floats of another width are converted: some strategies (FedAdam, FedYogi...) send the
+        global model in float64."""
         arrays = {k: v.numpy() for k, v in record.items()}
+        for name, (_, dtype) in self.specs.items():
+            a = arrays.get(name)
+            if a is not None and a.dtype != dtype and a.dtype.kind == "f" and np.dtype(dtype).kind == "f":
+                arrays[name] = a.astype(dtype)
         problem = self.check(arrays)
         if problem:
             raise ValueError(problem)

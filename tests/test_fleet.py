@@ -74,6 +74,8 @@ def test_model_reads_names_shapes_and_refuses_bad_arrays(built):
     assert m.check(renamed) == "parameter names do not match the model's (missing w1; unexpected 'W1')"
     with pytest.raises(ValueError, match="initial parameters: w2: float64"):
         fleet.initial_arrays(m, {**dict(zip(m.names, params)), "w2": params[2].astype(np.float64)})
+    wide = ArrayRecord({k: Array(v.astype(np.float64)) for k, v in zip(m.names, params)})  # FedAdam's globals
+    assert all(a.dtype == np.float32 for a in m.params(wide))
     loss, n = m.evaluate(params, task.test_set())
     assert n == task.POOL and 1.0 < loss < 2.0
     new, state, train_loss, n = m.fit(params, task.partition(0, 10)[0], epochs=2)
