@@ -46,7 +46,6 @@ passes them to these rules after the op's operands (see ``op_inputs``).
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -118,7 +117,7 @@ def _branch_adjoints(op: ir.Operation, cts, make) -> list[ir.Value | None]:
         with ir.InsertionPoint(block):
             outs = inline_region(op, k, [])
             grads = backprop(outs, list(cts), wrt, allow=_in_block(block))
-            hlo.return_([g if g is not None else _zeros_like(v) for g, v in zip(grads, wrt)], "stablehlo.return")
+            hlo.return_([g if g is not None else hlo.zeros_like(v) for g, v in zip(grads, wrt)], "stablehlo.return")
     isolate(new)
     d_captured = dict(zip(wrt, new.results))
     return [d_captured.get(v) for v in captured]
@@ -302,46 +301,7 @@ def _tape(v: ir.Value, n: Count) -> ir.Value:
     """Zeros for ``n`` rows shaped like ``v``: a static tape, or one sized at run time."""
     if isinstance(n, int):
         return hlo.zeros(tensor_type([n, *shape(v)], elem(v)))
-    return _dynamic_zeros([n, *shape(v)], elem(v))
-
-
-_DISTINCT = itertools.count(1)
-
-
-def _dynamic_zeros(dims: Sequence[int | ir.Value], element: ir.Type) -> ir.Value:
-    """Zeros of a shape whose sizes are ints or scalar i32 values known only at run time, as
-    ``hlo.dynamic_splat`` makes them (a ``dynamic_broadcast_in_dim`` no other call's tensor
-    can be merged with: a size ``d`` enters as ``select(d < 0, -k, d)``, ``k`` unique to the
-    call), but with the extent computed by elementwise ops alone, ``[static sizes] + d * e_i``,
-    not concatenated from one piece per dimension.
-
-    IREE 3.13 (llvm-cpu, ``local-task``) computes a concatenated extent into one buffer and
-    copies the dimension out of it for the host with no barrier between that copy and the
-    dispatch that writes it (the command buffer runs them concurrently): the host then read
-    a stale size, and allocated a tape of garbage length (``RESOURCE_EXHAUSTED`` on
-    ``hal.device.queue.alloca``) or of the wrong length (wrong results), about once in 500
-    calls of a data-dependent loop's gradient under load (``local-sync`` never)."""
-    i64 = ir.IntegerType.get_signless(64)
-    rank = len(dims)
-    extent = hlo.constant(np.array([0 if isinstance(d, ir.Value) else d for d in dims], np.int64), "int64")
-    for p, d in enumerate(dims):
-        if isinstance(d, ir.Value):
-            tag = hlo.splat(-(next(_DISTINCT) % (1 << 30)) - 1, d.type)
-            d = hlo.convert(hlo.select(hlo.compare(d, hlo.splat(0, d.type), "LT"), tag, d), i64)
-            unit = hlo.constant(np.eye(rank, dtype=np.int64)[p], "int64")
-            extent = hlo.add(extent, hlo.multiply(hlo.broadcast_in_dim(d, [rank], []), unit))
-    out = tensor_type([hlo.DYNAMIC if isinstance(d, ir.Value) else d for d in dims], element)
-    fill = hlo.splat(0, tensor_type([], element))
-    return ir.Operation.create("stablehlo.dynamic_broadcast_in_dim", results=[out], operands=[fill, extent],
-                               attributes={"broadcast_dimensions": hlo.i64_array([])}).result
-
-
-def _zeros_like(v: ir.Value) -> ir.Value:
-    """Zeros of ``v``'s type, also where its shape is only known at run time (``_dynamic_zeros``)."""
-    if hlo.is_static(v):
-        return hlo.zeros(v.type)
-    return _dynamic_zeros([hlo.dimension_size(v, d) if s == hlo.DYNAMIC else s for d, s in enumerate(shape(v))],
-                          elem(v))
+    return hlo.dynamic_splat(0, [n, *shape(v)], elem(v))
 
 
 def _own_counter(op: ir.Operation) -> int | None:
@@ -545,8 +505,8 @@ def _reverse_loop(op, cts, n: Count, tapes: dict, counters: dict, floats, wrt):
     """The reverse loop over t = n-1 .. 0; returns (loop, its body, the carries it recomputes
     from, the recomputed forward ops, t, whether each of ``wrt`` gets a cotangent)."""
     m = len(op.operands)
-    seeds = [cts[k] if cts[k] is not None else _zeros_like(op.operands[k]) for k in floats]
-    loop, cond, body = hlo.while_([_scalar(0), *seeds, *[_zeros_like(v) for v in wrt]])
+    seeds = [cts[k] if cts[k] is not None else hlo.zeros_like(op.operands[k]) for k in floats]
+    loop, cond, body = hlo.while_([_scalar(0), *seeds, *[hlo.zeros_like(v) for v in wrt]])
     with ir.InsertionPoint(cond):
         hlo.return_([hlo.compare(cond.arguments[0], _count_value(n), "LT")], "stablehlo.return")
     with ir.InsertionPoint(body):
@@ -569,7 +529,7 @@ def _reverse_loop(op, cts, n: Count, tapes: dict, counters: dict, floats, wrt):
         grads = backprop(outs, [seed_of.get(k) for k in range(m)], [carries[k] for k in floats] + wrt,
                          allow=_in_block(body))
         connected = _connected(body, ct, grads, [cts[k] is not None for k in floats])
-        grads = [g if g is not None else _zeros_like(v) for g, v in zip(grads, ct + acc)]
+        grads = [g if g is not None else hlo.zeros_like(v) for g, v in zip(grads, ct + acc)]
         new_acc = [hlo.accumulate(a, g) if c else a
                    for a, g, c in zip(acc, grads[len(floats):], connected[len(floats):])]
         hlo.return_([hlo.add(j, _scalar(1)), *grads[:len(floats)], *new_acc], "stablehlo.return")
@@ -915,7 +875,7 @@ def _while_tangent(op, ts):
     captured = dict(zip(op_inputs(op)[m:], ts[m:]))
     t_captured = {v: t for v, t in captured.items() if t is not None}
     floats = [k for k in range(m) if is_float(op.operands[k])]
-    init = [*op.operands, *[ts[k] if ts[k] is not None else _zeros_like(op.operands[k]) for k in floats]]
+    init = [*op.operands, *[ts[k] if ts[k] is not None else hlo.zeros_like(op.operands[k]) for k in floats]]
     loop, cond, body = hlo.while_(init)
     with ir.InsertionPoint(cond):
         hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
@@ -923,7 +883,7 @@ def _while_tangent(op, ts):
         args = list(body.arguments)
         targs = dict(zip(floats, args[m:]))
         outs, touts = _region_tangents(op, 1, args[:m], [targs.get(k) for k in range(m)], t_captured)
-        touts = [touts[k] if touts[k] is not None else _zeros_like(outs[k]) for k in floats]
+        touts = [touts[k] if touts[k] is not None else hlo.zeros_like(outs[k]) for k in floats]
         hlo.return_([*outs, *touts], "stablehlo.return")
     return _replacing(op, loop, floats)
 
@@ -937,7 +897,7 @@ def _branch_tangents(op, ts, make) -> Replaced:
     for k, block in enumerate(blocks):
         with ir.InsertionPoint(block):
             outs, touts = _region_tangents(op, k, [], [], t_captured)
-            touts = [touts[j] if touts[j] is not None else _zeros_like(outs[j]) for j in floats]
+            touts = [touts[j] if touts[j] is not None else hlo.zeros_like(outs[j]) for j in floats]
             hlo.return_([*outs, *touts], "stablehlo.return")
     isolate(new)
     return _replacing(op, new, floats)

@@ -160,16 +160,19 @@ def dynamic_splat(value: float | int, dims: Sequence[int | Value], element: ir.T
     the loop carries that tapes and accumulators are written into in place, and IREE 3.13
     lets two loops (or two carries) that start from one such tensor share its buffer: the
     writes of one land in the other (wrong numbers, or an out-of-range access at run time)."""
+    # The extent is computed elementwise, [static sizes] + d * e_i, never concatenated: IREE 3.13
+    # (local-task) copies a dimension out of a concatenated extent for the host with no barrier
+    # after the dispatch that writes it, and the host read a stale size about once in 2,000
+    # calls (RESOURCE_EXHAUSTED on hal.device.queue.alloca, or a tape of the wrong length).
     i64_type = ir.IntegerType.get_signless(64)
-    parts = []
-    for d in dims:
+    rank = len(dims)
+    extent = constant(np.array([0 if isinstance(d, Value) else d for d in dims], np.int64), "int64")
+    for p, d in enumerate(dims):
         if isinstance(d, Value):
             tag = splat(-(next(_DISTINCT) % (1 << 30)) - 1, d.type)
-            d = select(compare(d, splat(0, d.type), "LT"), tag, d)
-            parts.append(convert(reshape(d, [1]), i64_type))
-        else:
-            parts.append(splat(d, tensor_type([1], i64_type)))
-    extent = concatenate(parts, 0) if len(parts) > 1 else parts[0]
+            d = convert(select(compare(d, splat(0, d.type), "LT"), tag, d), i64_type)
+            unit = constant(np.eye(rank, dtype=np.int64)[p], "int64")
+            extent = add(extent, multiply(broadcast_in_dim(d, [rank], []), unit))
     out = tensor_type([DYNAMIC if isinstance(d, Value) else d for d in dims], element)
     fill = splat(value, tensor_type([], element))
     return _create("stablehlo.dynamic_broadcast_in_dim", [out], [fill, extent],
