@@ -43,7 +43,7 @@ def main(grid: Grid, context: Context) -> None:
     if kind == "fedprox":
         strategy = FedProx(proximal_mu=float(cfg.get("proximal-mu", 0.1)), **common)
     elif kind == "fedadam":
-        strategy = FedAdam(eta=0.02, **common)
+        strategy = FedAdam(eta=0.1, eta_l=0.1, **common)
     elif kind == "fedavgm":
         strategy = FedAvgM(server_momentum=0.5, **common)
     else:
