@@ -85,12 +85,22 @@ def sum_by_vecmat(x_shape: Sequence[int], dims: Sequence[int], is_float: bool) -
     return is_float and 0 < len(dims) < len(x_shape) and sorted(dims) == list(range(len(dims)))
 
 
-def unroll_loop(trip_count: int, body_ops: int, inner_loops: int = 0) -> bool:
+def unroll_loop(trip_count: int, body_ops: int, inner_loops: int = 0, scalar_recurrence: bool = False) -> bool:
     """Differentiate a static-trip-count ``while`` by unrolling it (``body_ops`` counts the ops
     nested in the body's regions too). At most ``MAX_UNROLLED_LOOPS`` copies of inner loops:
     each is two or three loops of the gradient, and IREE 3.13 fails at run time on 40 copies
-    of a data-dependent one ("binding count 41 > 32"; 12 run)."""
-    return trip_count * body_ops <= MAX_UNROLLED_OPS and trip_count * inner_loops <= MAX_UNROLLED_LOOPS
+    of a data-dependent one ("binding count 41 > 32"; 12 run).
+
+    Never a loop with a ``scalar_recurrence`` (a one-element float carry that changes each
+    iteration, ``y = y * 1.3 + x * x``): IREE 3.13 clones the whole upstream DAG of
+    single-element elementwise ops into every dispatch that reads one and fuses the copies
+    (FuseMultiUseElementwiseProducer), which grows exponentially with the chain. Unrolled, a
+    50-step scalar loop under ``maximum_iterations`` (about 600 scalar ops) made iree-compile
+    grow past 24 GB; 20 steps took 19 s and 1.2 GB, 10 steps 0.6 s. Tensors of two elements
+    or more are not cloned that way (the same loop over 2-element vectors compiles in 1.4 s),
+    and a scalar loop costs little as a loop: its tapes are ``n`` scalars."""
+    return not scalar_recurrence and trip_count * body_ops <= MAX_UNROLLED_OPS \
+        and trip_count * inner_loops <= MAX_UNROLLED_LOOPS
 
 
 def pool_by_patches(window: Sequence[int], base_dilation: Sequence[int]) -> bool:

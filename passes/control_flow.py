@@ -630,14 +630,7 @@ def _size(op: ir.Operation) -> tuple[int, int]:
 
 def _scalar_recurrence(op: ir.Operation) -> bool:
     """Whether a float carry of one element changes from one iteration to the next (a scalar
-    recurrence: ``y = y * 1.3 + x * x``). Such a loop is not unrolled: IREE 3.13 clones the
-    whole upstream DAG of single-element elementwise ops into every dispatch that reads one
-    and fuses the copies (FuseMultiUseElementwiseProducer), which grows exponentially with
-    the length of the chain. Unrolled, a 50-step scalar loop under ``maximum_iterations``
-    (about 600 scalar ops) made iree-compile grow past 24 GB; 20 steps took 19 s and 1.2 GB,
-    10 steps 0.6 s. Tensors of two elements or more are not cloned that way (the same
-    50-step loop over 2-element vectors compiles in 1.4 s), and a scalar loop costs little
-    as a loop: its tapes are ``n`` scalars."""
+    recurrence: ``y = y * 1.3 + x * x``), which ``choices.unroll_loop`` never unrolls."""
     varying = _varying(op)
     counters = _counters(op, varying)
     return any(k not in counters and is_float(op.operands[k]) and hlo.is_static(op.operands[k])
@@ -779,8 +772,8 @@ def _while(op, cts):
     wrt = _differentiable(captured)
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
-    if n is not None and SNAPSHOTS not in op.attributes and unroll_loop(n, *_size(op)) \
-            and not _scalar_recurrence(op):
+    if n is not None and SNAPSHOTS not in op.attributes \
+            and unroll_loop(n, *_size(op), scalar_recurrence=_scalar_recurrence(op)):
         return _unrolled(op, cts, n, captured)
     checkpoints = _checkpoints(op, n)
     if n is None:
