@@ -20,6 +20,8 @@ from . import runtime
 from .runtime import Artifact, ArtifactError, CompileError, DeviceError, Module, load
 
 newaxis = None
+# Submodules that run without the compiler (they import only irgrad.runtime and their own extras).
+_RUNTIME_MODULES = ("fleet",)
 
 if importlib.util.find_spec("iree.compiler") is not None:
     from .frontend import *  # noqa: F403
@@ -28,6 +30,8 @@ else:
         """Runtime-only install: a frontend name says what is missing (PEP 562)."""
         if name.startswith("__"):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        if name in _RUNTIME_MODULES:  # `from irgrad import fleet`: a submodule that needs no compiler
+            return importlib.import_module(f"{__name__}.{name}")
         raise ImportError(
             f"irgrad.{name} is part of irgrad's frontend, which needs the compiler: pip install "
             "iree-base-compiler. This install runs artifacts only (ig.load, Module, ig.runtime)."

@@ -21,7 +21,7 @@ counter and the slots of ``@F_train_init``), as a freshly started optimizer woul
 global parameters; ``keep_state=True`` keeps the client's state (Adam's moments, the step
 counter) in its ``Context`` from one round to the next, in memory on that client.
 
-FedProx: a training step compiled with the proximal term (``passes.train.proximal``) takes
+FedProx: a training step compiled with the proximal term (``passes.proximal``) takes
 the round's global parameters as extra arguments, named ``"global:<name>"``; the client
 passes them, and the server runs Flower's ``FedProx`` (or any strategy) unchanged.
 
@@ -88,7 +88,7 @@ class Model:
             names[i]: (tuple(sig.inputs[i].shape), np.dtype(sig.inputs[i].dtype)) for i in self.wrt}
         others = [i for i in range(n_args) if i not in self.wrt]
         # Arguments named "global:<param>" take the round's global parameters (FedProx), one
-        # per parameter in the parameters' order (passes.train.proximal).
+        # per parameter in the parameters' order (passes.proximal).
         self.globals: list[int] = [i for i in others if names[i].startswith(GLOBAL_PREFIX)]
         if self.globals and len(self.globals) != len(self.wrt):
             raise ValueError(f"{function}: {len(self.globals)} {GLOBAL_PREFIX} arguments for {len(self.wrt)} "

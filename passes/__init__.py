@@ -7,13 +7,13 @@ from . import (chlo, contractions, control_flow, convolution, elementwise, index
                reductions, regions, shapes, windows)  # (register rules)
 from .backprop import AGGREGATIONS, backprop
 from .batching import MissingBatchingRule
-from .grad import add_adjoints, differentiate, find_function, function_name, public_functions, vectorize
+from .grad import add_adjoints, differentiate, find_function, function_name, proximal, public_functions, vectorize
 from .mlir import IRError, context, parse_module, verify
 from .registry import (NONDIFFERENTIABLE, RULES, MissingAdjointError, adjoint, composite_adjoint,
                        nondifferentiable)
 
 __all__ = [
-    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "vectorize", "MissingBatchingRule",
+    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "proximal", "vectorize", "MissingBatchingRule",
     "find_function", "function_name",
     "public_functions", "IRError", "context", "parse_module", "verify", "NONDIFFERENTIABLE",
     "RULES", "MissingAdjointError", "adjoint", "composite_adjoint", "nondifferentiable",

@@ -250,6 +250,29 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
     return added
 
 
+def proximal(text: str | bytes, func: str | None, wrt, mu: float) -> str:
+    """Text in, text out: add ``@F_prox(args..., globals...)``, F's scalar loss plus FedProx's
+    proximal term ``mu/2 · Σ ||args[i] - global_i||²`` over the parameters ``wrt``, one new
+    argument per parameter, named ``"global:<name>"`` (the parameter's own name, or
+    ``arg<i>``; ``train.add_proximal_term``). Compile ``F_prox`` with ``train=...``
+    (``differentiate(text, "F_prox", wrt, train=...)``): its ``@F_prox_train_step`` takes the
+    round's global parameters as data, ``mu`` fixed at compile time, and its loss includes the
+    term (zero at the global parameters, so ``@F_prox`` evaluated there is ``@F``)."""
+    module = parse_module(text)
+    verify(module, "input module")
+    func_op = find_function(module, func)
+    name = function_name(func_op)
+    wrt = _check_wrt(func_op, wrt)
+    new_name = f"{name}_prox"
+    with module.context:
+        if new_name in ir.SymbolTable(module.operation):
+            raise ValueError(f"module already has a function @{new_name}")
+        copy = _forward_copy(module, func_op, func_op, new_name)
+        training.add_proximal_term(copy, wrt, argument_names(func_op), mu, name)
+        verify(copy, f"@{new_name}")
+    return module.operation.get_asm(enable_debug_info=True)
+
+
 def differentiate(text: str | bytes, func: str | None = None, wrt: Sequence[int | str] | None = None, *,
                   grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
                   hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,

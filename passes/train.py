@@ -110,51 +110,34 @@ def add_init(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_
 GLOBAL_PREFIX = "global:"
 
 
-def proximal(text: str | bytes, func: str | None, wrt, mu: float) -> str:
-    """Text in, text out: add ``@F_prox(args..., globals...)``, F's scalar loss plus FedProx's
-    proximal term ``mu/2 · Σ ||args[i] - global_i||²`` over the parameters ``wrt``, one new
+def add_proximal_term(copy: ir.Operation, wrt: list[int], names: list[str | None], mu: float, name: str) -> None:
+    """FedProx's proximal term ``mu/2 · Σ ||args[i] - global_i||²`` over the parameters ``wrt``
+    added to the scalar float loss of ``copy`` (a ``func.func``, changed in place), one new
     argument per parameter, named ``"global:<name>"`` (the parameter's own name, or
-    ``arg<i>``). Compile ``F_prox`` with ``train=...`` (``differentiate(text, "F_prox", wrt,
-    train=...)``): its ``@F_prox_train_step`` takes the round's global parameters as data,
-    ``mu`` fixed at compile time, and its loss includes the term (zero at the global
-    parameters, so ``@F_prox`` evaluated there is ``@F``)."""
-    from . import grad  # grad imports this module
+    ``arg<i>``). ``passes.proximal`` is the text-in, text-out entry point."""
     if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not mu >= 0:
         raise ValueError(f"mu must be a number >= 0, got {mu!r}")
-    module = grad.parse_module(text)
-    grad.verify(module, "input module")
-    func_op = grad.find_function(module, func)
-    name = grad.function_name(func_op)
-    wrt = grad._check_wrt(func_op, wrt)
-    new_name = f"{name}_prox"
-    with module.context:
-        if new_name in ir.SymbolTable(module.operation):
-            raise ValueError(f"module already has a function @{new_name}")
-        names = grad.argument_names(func_op)
-        copy = grad._forward_copy(module, func_op, func_op, new_name)
-        block = copy.regions[0].blocks[0]
-        ret = list(block.operations)[-1].operation
-        ys = list(ret.operands)
-        floats = [k for k, y in enumerate(ys) if is_float(y)]
-        if len(floats) != 1 or shape(ys[floats[0]]) != ():
-            raise ValueError(f"FedProx needs a scalar float loss; @{name} returns "
-                             f"{', '.join(str(y.type) for y in ys) or 'nothing'}")
-        loss = ys[floats[0]]
-        xs = [block.arguments[i] for i in wrt]
-        anchors = [block.add_argument(x.type, ir.Location.name(f"{GLOBAL_PREFIX}{names[i] or f'arg{i}'}"))
-                   for i, x in zip(wrt, xs)]
-        with ir.InsertionPoint(ret), ret.location:
-            term = None
-            for x, g in zip(xs, anchors):
-                d = hlo.subtract(x, g)
-                s = hlo.reduce_sum(hlo.multiply(d, d), list(range(len(shape(x)))))
-                if elem(s) != elem(loss):
-                    s = hlo.convert(s, elem(loss))
-                term = s if term is None else hlo.add(term, s)
-            if term is not None:
-                ys[floats[0]] = hlo.add(loss, hlo.multiply(term, hlo.splat(mu / 2, loss.type)))
-            hlo.return_(ys)
-        ret.erase()
-        hlo.set_function_type(copy, [a.type for a in block.arguments], [y.type for y in ys])
-        grad.verify(copy, f"@{new_name}")
-    return module.operation.get_asm(enable_debug_info=True)
+    block = copy.regions[0].blocks[0]
+    ret = list(block.operations)[-1].operation
+    ys = list(ret.operands)
+    floats = [k for k, y in enumerate(ys) if is_float(y)]
+    if len(floats) != 1 or shape(ys[floats[0]]) != ():
+        raise ValueError(f"FedProx needs a scalar float loss; @{name} returns "
+                         f"{', '.join(str(y.type) for y in ys) or 'nothing'}")
+    loss = ys[floats[0]]
+    xs = [block.arguments[i] for i in wrt]
+    anchors = [block.add_argument(x.type, ir.Location.name(f"{GLOBAL_PREFIX}{names[i] or f'arg{i}'}"))
+               for i, x in zip(wrt, xs)]
+    with ir.InsertionPoint(ret), ret.location:
+        term = None
+        for x, g in zip(xs, anchors):
+            d = hlo.subtract(x, g)
+            s = hlo.reduce_sum(hlo.multiply(d, d), list(range(len(shape(x)))))
+            if elem(s) != elem(loss):
+                s = hlo.convert(s, elem(loss))
+            term = s if term is None else hlo.add(term, s)
+        if term is not None:
+            ys[floats[0]] = hlo.add(loss, hlo.multiply(term, hlo.splat(mu / 2, loss.type)))
+        hlo.return_(ys)
+    ret.erase()
+    hlo.set_function_type(copy, [a.type for a in block.arguments], [y.type for y in ys])

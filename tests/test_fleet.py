@@ -83,7 +83,7 @@ def test_model_reads_names_shapes_and_refuses_bad_arrays(built):
 
 
 def test_fedprox_term_is_compiled_into_the_step(built):
-    """passes.train.proximal: F_prox_train_step takes the global parameters (arguments named
+    """passes.proximal: F_prox_train_step takes the global parameters (arguments named
     "global:<name>"); one SGD step moves each parameter by -lr·mu·(w - w_global) beyond the
     plain step, and its loss is F's plus mu/2·||w - w_global||²."""
     from fleet_app import model
@@ -91,7 +91,7 @@ def test_fedprox_term_is_compiled_into_the_step(built):
     text = model.loss.lower().mlir
     plain = ig.load(ig.compile(ig.passes.differentiate(text, "loss", wrt=model.WRT, grad=False, train="sgd",
                                                        learning_rate=lr)).vmfb)
-    prox_text = ig.passes.train.proximal(text, "loss", model.WRT, mu)
+    prox_text = ig.passes.proximal(text, "loss", model.WRT, mu)
     prox = ig.load(ig.compile(ig.passes.differentiate(prox_text, "loss_prox", wrt=model.WRT, grad=False,
                                                       train="sgd", learning_rate=lr)).vmfb)
     sig = prox.functions["loss_prox_train_step"]
@@ -118,7 +118,7 @@ def test_fedprox_term_is_compiled_into_the_step(built):
     for got, want in zip(t_prox.params(), t_plain.params()):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="mu must be a number >= 0"):
-        ig.passes.train.proximal(text, "loss", model.WRT, -1.0)
+        ig.passes.proximal(text, "loss", model.WRT, -1.0)
 
 
 def _message(content: RecordDict, kind: str) -> Message:
@@ -233,7 +233,7 @@ import importlib.util
 import numpy as np
 import time
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, Metadata, RecordDict
-import irgrad.fleet as fleet
+from irgrad import fleet
 for name in ("iree.compiler", "torch", "tensorflow", "jax"):
     try:
         found = importlib.util.find_spec(name) is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from flwr.app import Context
 
-import irgrad.fleet as fleet  # (from irgrad import fleet trips the runtime-only install's __getattr__)
+from irgrad import fleet
 
 from .task import partition
 

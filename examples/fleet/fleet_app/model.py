@@ -4,7 +4,7 @@
 
 ``fleet.vmfb``: ``loss`` with an Adam step (``--train adam --lr 0.01 --wrt 2,3,4,5``);
 ``fleet_prox.vmfb``: the same loss plus FedProx's proximal term ``mu/2 ||w - w_global||^2``
-compiled into the step (``passes.train.proximal``), for Flower's ``FedProx``.
+compiled into the step (``passes.proximal``), for Flower's ``FedProx``.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def build(out_dir: str | Path, mu: float | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     text, func = loss.lower().mlir, "loss"
     if mu is not None:
-        text, func = ig.passes.train.proximal(text, func, WRT, mu), "loss_prox"
+        text, func = ig.passes.proximal(text, func, WRT, mu), "loss_prox"
     text = ig.passes.differentiate(text, func, wrt=WRT, grad=False, train=OPTIMIZER, learning_rate=LEARNING_RATE)
     path = out / ("fleet.vmfb" if mu is None else "fleet_prox.vmfb")
     ig.compile(text).save(path)
