@@ -124,6 +124,8 @@ WITH_VALUE_HELP = "Adjoint functions return F's results first, then the gradient
 TRAIN_HELP = ("Add @F_train_init(args...) -> state and @F_train_step(args..., state...) -> (F's results, "
               "updated args[wrt], updated state): one optimizer step per call (sgd, momentum, adam).")
 LR_HELP = "Learning rate for --train (default: the optimizer's Keras default, 0.01 or 0.001 for adam)."
+PROX_HELP = ("FedProx: train @F_prox, F's loss plus mu/2 ||w - w_global||^2 over the parameters, whose "
+             "training step takes the global parameters after F's arguments (needs --train).")
 CHECKPOINTS_HELP = ("Keep K snapshots of each while loop's state (sqrt: about the square root of its trip "
                     "count) and recompute the iterations between them in the reverse pass, instead of "
                     "recording every iteration.")
@@ -146,6 +148,7 @@ def grad(
                                                 help=CHECKPOINTS_HELP),
     train: str | None = typer.Option(None, "--train", metavar="sgd|momentum|adam", help=TRAIN_HELP),
     lr: float | None = typer.Option(None, "--lr", metavar="X", help=LR_HELP),
+    prox_mu: float | None = typer.Option(None, "--prox-mu", metavar="MU", help=PROX_HELP),
     list_args: bool = typer.Option(False, "--list-args", help="List the public functions' arguments "
                                    "(index, name, type) for --wrt, and write nothing."),
 ) -> None:
@@ -158,7 +161,7 @@ def grad(
         typer.echo(argument_lines(read_mlir(source), func))
         return
     text = adjoints(read_mlir(source), func, wrt, not (jvp or hessian or train), vjp, with_value, jvp, hessian,
-                    loop_checkpoints, train, lr)
+                    loop_checkpoints, train, lr, prox_mu)
     write_text(output, with_file_locations(text))
 
 
@@ -198,6 +201,7 @@ def compile_command(
                                                 help=CHECKPOINTS_HELP),
     train: str | None = typer.Option(None, "--train", metavar="sgd|momentum|adam", help=TRAIN_HELP),
     lr: float | None = typer.Option(None, "--lr", metavar="X", help=LR_HELP),
+    prox_mu: float | None = typer.Option(None, "--prox-mu", metavar="MU", help=PROX_HELP),
     no_cache: bool = typer.Option(False, "--no-cache", help="Compile again even if a cached artifact exists."),
 ) -> None:
     """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact."""
@@ -210,7 +214,7 @@ def compile_command(
         raise CLIError("--func needs --grad, --vjp or --train", USAGE)
     forward, name = load_source(source)
     text = adjoints(forward, func or name, wrt, grad, vjp, with_value, loop_checkpoints=loop_checkpoints,
-                    train=train, lr=lr)
+                    train=train, lr=lr, prox_mu=prox_mu)
     start = time.perf_counter()
     with progress(f"irgrad: compiling {source} for {options.target.value}"):
         artifact = compile_blaming(forward, text, options, cache=not no_cache)

@@ -228,15 +228,27 @@ def compile_blaming(forward: str, text: str, options: runtime.CompileOptions, ca
 
 def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
              jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None,
-             train: str | None = None, lr: float | None = None) -> str:
+             train: str | None = None, lr: float | None = None, prox_mu: float | None = None) -> str:
     """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian / @F_train_init and @F_train_step
-    added (unchanged when none is asked for).
+    added (unchanged when none is asked for). With ``prox_mu`` (FedProx, needs ``train``),
+    ``@F_prox`` (``passes.proximal``) is added first and trained instead: its steps take the
+    global parameters after F's arguments.
 
     ``wrt`` and ``loop_checkpoints`` are the command-line texts (``"0,2"``, ``"sqrt"``);
     ``with_value``, ``wrt`` and ``loop_checkpoints`` without ``grad``, ``vjp``, ``jvp`` or
     ``train`` are a usage error, and so are an unknown optimizer and ``lr`` without ``train``.
     """
     checkpoints = parse_checkpoints(loop_checkpoints)
+    if prox_mu is not None:
+        if train is None:
+            raise CLIError("--prox-mu needs --train", USAGE)
+        if not prox_mu >= 0:
+            raise CLIError(f"bad --prox-mu {prox_mu!r}: FedProx's mu is a number >= 0", USAGE)
+        name = passes.function_name(passes.find_function(passes.parse_module(text), func))
+        floats = [i for i, t in enumerate(runtime.parse_signatures(text)[name].inputs)
+                  if t.dtype.startswith(("float", "bfloat"))]
+        params = parse_wrt(wrt) if wrt is not None else floats
+        text, func, wrt = passes.proximal(text, name, params, prox_mu), f"{name}_prox", ",".join(map(str, params))
     if train is not None:
         try:
             passes.train.check(train, lr)

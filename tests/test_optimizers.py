@@ -196,6 +196,32 @@ def test_train_from_the_command_line(tmp_path):
     assert bad.exit_code == 1 and "scalar float loss" in bad.output
 
 
+def test_fedprox_from_the_command_line(tmp_path):
+    """irgrad compile --train sgd --prox-mu: @F_prox_train_step takes the global parameters after
+    F's arguments, and its SGD step is plain SGD's plus lr · mu · (w - w_global)."""
+    from typer.testing import CliRunner
+    from irgrad.cli import app
+    src = tmp_path / "loss.mlir"
+    src.write_text(_loss_module())
+    runner = CliRunner()
+    for prox, name in (([], "_lambda__train_step"), (["--prox-mu", "0.5"], "_lambda__prox_train_step")):
+        out = tmp_path / f"{name}.vmfb"
+        result = runner.invoke(app, ["compile", str(src), "--train", "sgd", "--lr", "0.1", "--wrt", "0,1", *prox,
+                                     "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        assert name in ig.load(str(out)).functions
+    plain = ig.load(str(tmp_path / "_lambda__train_step.vmfb"))["_lambda__train_step"]
+    prox = ig.load(str(tmp_path / "_lambda__prox_train_step.vmfb"))["_lambda__prox_train_step"]
+    w_global, b_global = W0 + 0.25, B0 - 0.5
+    step = np.zeros((), np.int32)
+    _, w1, b1, _ = plain.call_flat(W0, B0, X, Y, step)
+    _, w2, b2, _ = prox.call_flat(W0, B0, X, Y, w_global, b_global, step)
+    np.testing.assert_allclose(w2, w1 - 0.1 * 0.5 * (W0 - w_global), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b2, b1 - 0.1 * 0.5 * (B0 - b_global), rtol=1e-5, atol=1e-6)
+    refused = runner.invoke(app, ["grad", str(src), "--prox-mu", "0.5"])
+    assert refused.exit_code == 2 and "--prox-mu needs --train" in refused.output
+
+
 # ----- Module.trainer: state on the device, atomic checkpoints --------------------------------
 
 @pytest.fixture(scope="module")
