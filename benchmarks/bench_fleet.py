@@ -34,10 +34,8 @@ batch 32, softmax cross-entropy, Adam (bench_train.py's models):
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -49,10 +47,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "examples" / "fleet"))
+sys.path.insert(0, str(ROOT / "tests"))
 import bench_adjoint  # noqa: E402, F401  (puts the source tree first on sys.path)
 import bench_train  # noqa: E402
 
 import irgrad as ig  # noqa: E402
+from sites import runtime_only_site  # noqa: E402  (tests/sites.py: the client's install)
 
 # The irgrad client: the same steps as the torch one, in a runtime-only Python.
 # Peak RSS from VmHWM: ru_maxrss would count the parent's pages at fork, kept across exec.
@@ -156,44 +156,6 @@ print(json.dumps({"with_flwr": size(with_flwr), "without_flwr": size(framework),
 """
 
 
-def _closure(dists: list[str]) -> set[str]:
-    from packaging.requirements import Requirement
-    found, todo = set(), list(dists)
-    while todo:
-        d = re.sub(r"[-_.]+", "-", todo.pop()).lower()
-        if d not in found:
-            found.add(d)
-            for r in map(Requirement, importlib.metadata.requires(d) or []):
-                if r.marker is None or r.marker.evaluate({"extra": ""}):
-                    todo.append(r.name)
-    return found
-
-
-def runtime_only_site(root: Path) -> Path:
-    """A site-packages with irgrad and the closure of iree-base-runtime, numpy and flwr, as
-    links to this environment's files (tests/test_fleet.py's client environment)."""
-    site = root / "site"
-    (site / "iree").mkdir(parents=True)
-    for dist in _closure(["iree-base-runtime", "numpy", "flwr"]):
-        d = importlib.metadata.distribution(dist)
-        base = Path(d.locate_file(""))
-        tops = set()
-        for file in d.files or []:
-            parts = file.parts
-            if parts[0] == ".." or parts[0].endswith((".dist-info", ".data")) or parts[0] == "bin":
-                continue
-            tops.add(parts[:2] if parts[0] == "iree" and len(parts) > 1 else parts[:1])
-        for top in tops:
-            target, link = base.joinpath(*top), site.joinpath(*top)
-            if target.exists() and not link.exists():
-                link.symlink_to(target, target_is_directory=target.is_dir())
-        info = next(base.glob(f"{d.metadata['Name'].replace('-', '_')}-*.dist-info"), None)
-        if info is not None and not (site / info.name).exists():
-            (site / info.name).symlink_to(info, target_is_directory=True)
-    (site / "irgrad").symlink_to(Path(ig.__file__).parent, target_is_directory=True)
-    return site
-
-
 def _run(cmd: list[str], env: dict | None = None, timeout: int = 600) -> dict:
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode != 0:
@@ -211,7 +173,7 @@ def irgrad_install_size() -> dict:
 
 
 def client_steps(work: Path, torch_python: str | None, steps: int, rounds: int) -> list[dict]:
-    site = runtime_only_site(work)
+    site = runtime_only_site(work, ["iree-base-runtime", "numpy", "flwr"])
     rng = np.random.default_rng(0)
     rows = []
     for name, (loss, params, data) in bench_train.models(rng).items():

@@ -46,6 +46,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 
 from .runtime import Module, load
+from .runtime.trainer import training_step
 
 __all__ = ["GLOBAL_PREFIX", "Model", "central_evaluation", "client_app", "guard", "initial_arrays", "model"]
 
@@ -64,18 +65,9 @@ class Model:
 
     def __init__(self, module: Module | str | os.PathLike, function: str | None = None) -> None:
         self.module = module if isinstance(module, Module) else load(module)
-        training = self.module.metadata.get("training") or {}
-        if function is None:
-            if len(training) != 1:
-                raise ValueError(f"the artifact has {len(training)} training steps; choose one with function= "
-                                 f"({', '.join(training) or 'none: compile with --train'})")
-            function = next(iter(training))
-        if function not in training:
-            raise ValueError(f"{function!r} is not a training step of this artifact "
-                             f"({', '.join(training) or 'none: compile with --train'})")
+        function, layout = training_step(self.module.metadata, function)
         self.function = function
         self.forward = function.removesuffix("_train_step")
-        layout = training[function]
         sig = self.module.functions[function]
         n_args = len(sig.inputs) - len(layout["state"])
         arg_names = list(sig.arg_names or (None,) * len(sig.inputs))[:n_args]

@@ -22,23 +22,28 @@ import numpy as np
 _MANIFEST = "irgrad_checkpoint"
 
 
+def training_step(metadata: dict[str, Any], function: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The name and state layout of a module's training step (``metadata["training"]``):
+    ``function``, or the only one when it is None; ValueError naming the choices otherwise."""
+    training = metadata.get("training") or {}
+    if function is None:
+        if len(training) != 1:
+            raise ValueError(f"the module has {len(training)} training steps; choose one with function= "
+                             f"({', '.join(training) or 'none: compile with --train'})")
+        function = next(iter(training))
+    if function not in training:
+        raise ValueError(f"{function!r} is not a training step of this module "
+                         f"({', '.join(training) or 'none: compile with --train'})")
+    return function, training[function]
+
+
 class Trainer:
     """Steps of ``module[function]``, a training step (``passes.train``'s layout in the
     module's ``metadata["training"]``), starting from ``params`` and a zero state."""
 
     def __init__(self, module: Any, params, function: str | None = None) -> None:
-        training = module.metadata.get("training") or {}
-        if function is None:
-            if len(training) != 1:
-                raise ValueError(f"the module has {len(training)} training steps; choose one with function= "
-                                 f"({', '.join(training) or 'none: compile with --train'})")
-            function = next(iter(training))
-        if function not in training:
-            raise ValueError(f"{function!r} is not a training step of this module "
-                             f"({', '.join(training) or 'none: compile with --train'})")
-        self.function = function
-        self.layout = training[function]
-        self._step = module[function]
+        self.function, self.layout = training_step(module.metadata, function)
+        self._step = module[self.function]
         sig = self._step.signature
         self._wrt = list(self.layout["params"])
         n_state = len(self.layout["state"])
@@ -47,7 +52,7 @@ class Trainer:
         self._n_results = len(sig.outputs) - len(self._wrt) - n_state
         params = list(params)
         if len(params) != len(self._wrt):
-            raise TypeError(f"{function}: expected {len(self._wrt)} parameter arrays (args "
+            raise TypeError(f"{self.function}: expected {len(self._wrt)} parameter arrays (args "
                             f"{', '.join(map(str, self._wrt))}), got {len(params)}")
         self._params = [self._step._upload(i, p) for i, p in zip(self._wrt, params)]
         self._state = [self._step._upload(self._n_args + k, np.zeros(t.shape, _dtype(t)))

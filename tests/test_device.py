@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 import irgrad as ig
 from irgrad import passes
 
+from sites import runtime_only_site
 from test_targets import _iree_run_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,36 +52,6 @@ def readme_mlp():
 
 
 # ----- runtime only: iree-base-runtime and numpy, no compiler ---------------------------------
-
-def _runtime_only_site(root: Path) -> Path:
-    """A site-packages holding irgrad, numpy and iree-base-runtime only, as links to this
-    install's files: the compiler's 350 MB are not there to be imported."""
-    site = root / "site"
-    (site / "iree").mkdir(parents=True)
-    for dist in _closure(["iree-base-runtime", "numpy"]):
-        base = Path(importlib.metadata.distribution(dist).locate_file(""))
-        tops = set()
-        for file in importlib.metadata.files(dist):
-            parts = file.parts
-            if parts[0] != ".." and not parts[0].endswith(".dist-info") and len(parts) > 1:
-                tops.add(parts[:2] if parts[0] == "iree" else parts[:1])  # iree is a namespace shared with the compiler
-        for top in tops:
-            (site.joinpath(*top)).symlink_to(base.joinpath(*top), target_is_directory=True)
-    (site / "irgrad").symlink_to(Path(ig.__file__).parent, target_is_directory=True)
-    return site
-
-
-def _closure(dists: list[str]) -> set[str]:
-    """These distributions and everything they require (extras left out)."""
-    found, todo = set(), list(dists)
-    while todo:
-        dist = todo.pop()
-        if dist not in found:
-            found.add(dist)
-            todo += [re.split(r"[^A-Za-z0-9._-]", r, maxsplit=1)[0] for r in importlib.metadata.requires(dist) or []
-                     if "extra ==" not in r]
-    return found
-
 
 def _run_runtime_only(site: Path, code: str, *args: str) -> subprocess.CompletedProcess:
     """Python without site-packages (-I -S) and with ``site`` alone on its path."""
@@ -124,7 +94,7 @@ trainer = module.trainer(args[2:])
 np.save(sys.argv[4], np.array([trainer.step(*args[:2]) for _ in range(200)]))
 assert "iree.compiler" not in sys.modules
 """
-    site = _runtime_only_site(tmp_path)
+    site = runtime_only_site(tmp_path, ["iree-base-runtime", "numpy"])
     done = _run_runtime_only(site, code, str(path), str(tmp_path / "args.npz"), str(tmp_path / "grad.npy"),
                              str(tmp_path / "losses.npy"))
     assert done.returncode == 0, done.stderr
@@ -235,7 +205,7 @@ def test_the_example_trains_with_the_runtime_alone_and_resumes(personalize, tmp_
     """train.py with only iree-base-runtime and numpy: Module.trainer's losses, and a second
     run resumes from the checkpoint the first saved."""
     data = _copy_data(personalize, tmp_path / "data")
-    site = _runtime_only_site(tmp_path)
+    site = runtime_only_site(tmp_path, ["iree-base-runtime", "numpy"])
     code = f"import runpy; sys.argv[0] = {str(EXAMPLE / 'train.py')!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
     runs = [_run_runtime_only(site, code, str(personalize / "host.vmfb"), str(data), "4") for _ in range(2)]
     for done in runs:

@@ -8,10 +8,8 @@ servers listen on 127.0.0.1 only; flwr's own files go to a temporary ``FLWR_HOME
 """
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -28,6 +26,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, Metadata, MetricRecor
 
 import irgrad as ig  # noqa: E402
 from irgrad import fleet  # noqa: E402
+from sites import runtime_only_site  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fleet"
@@ -188,46 +187,6 @@ def test_fedprox_runs_with_the_compiled_proximal_step(built):
 
 # ----- the client on the runtime-only install ----------------------------------------------
 
-def _closure(dists: list[str]) -> set[str]:
-    """These distributions and everything they require here (extras and requirements for
-    other Pythons left out)."""
-    from packaging.requirements import Requirement
-    found, todo = set(), list(dists)
-    while todo:
-        dist = re.sub(r"[-_.]+", "-", todo.pop()).lower()
-        if dist not in found:
-            found.add(dist)
-            for r in map(Requirement, importlib.metadata.requires(dist) or []):
-                if r.marker is None or r.marker.evaluate({"extra": ""}):
-                    todo.append(r.name)
-    return found
-
-
-def _client_site(root: Path) -> Path:
-    """A site-packages holding irgrad, and iree-base-runtime, numpy, flwr and what they need,
-    as links to this install's files: no compiler, no ML framework to import."""
-    site = root / "site"
-    (site / "iree").mkdir(parents=True)
-    for dist in _closure(["iree-base-runtime", "numpy", "flwr"]):
-        d = importlib.metadata.distribution(dist)
-        base = Path(d.locate_file(""))
-        tops = set()
-        for file in d.files or []:
-            parts = file.parts
-            if parts[0] == ".." or parts[0].endswith((".dist-info", ".data")) or parts[0] == "bin":
-                continue
-            tops.add(parts[:2] if parts[0] == "iree" and len(parts) > 1 else parts[:1])
-        for top in tops:
-            target, link = base.joinpath(*top), site.joinpath(*top)
-            if target.exists() and not link.exists():
-                link.symlink_to(target, target_is_directory=target.is_dir())
-        info = next((p for p in base.glob(f"{d.metadata['Name'].replace('-', '_')}-*.dist-info")), None)
-        if info is not None and not (site / info.name).exists():
-            (site / info.name).symlink_to(info, target_is_directory=True)  # flwr reads its own version
-    (site / "irgrad").symlink_to(Path(ig.__file__).parent, target_is_directory=True)
-    return site
-
-
 CLIENT_CODE = """
 import importlib.util
 import numpy as np
@@ -266,7 +225,7 @@ def test_client_trains_on_the_runtime_only_install_plus_flwr(built, tmp_path):
     """The example's ClientApp, called with a train and an evaluate message in a Python that
     can import only irgrad, iree-base-runtime, numpy, flwr and their requirements: its reply
     is this install's ``Model.fit`` exactly."""
-    site = _client_site(tmp_path)
+    site = runtime_only_site(tmp_path, ["iree-base-runtime", "numpy", "flwr"])
     prelude = f"import sys; sys.path[:0] = [{str(site)!r}, {str(EXAMPLE)!r}]; sys.argv[1:] = " \
               f"[{str(built)!r}, {str(tmp_path / 'reply.npz')!r}]\n"
     done = subprocess.run([sys.executable, "-I", "-S", "-c", prelude + CLIENT_CODE], capture_output=True, text=True,
