@@ -64,6 +64,12 @@ def test_limits_come_from_options_then_the_environment(monkeypatch):
             CompileOptions(memory_limit=bad)
     with pytest.raises(ValueError, match="bad time_limit"):
         CompileOptions(time_limit=0)
+    monkeypatch.setenv("IRGRAD_COMPILE_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="bad IRGRAD_COMPILE_TIMEOUT 'soon'; allowed: a number of seconds > 0"):
+        _ = CompileOptions().compile_time_limit
+    monkeypatch.setenv("IRGRAD_COMPILE_MEMORY", "lots")
+    with pytest.raises(ValueError, match="bad IRGRAD_COMPILE_MEMORY 'lots'; allowed: bytes > 0, or a size"):
+        _ = CompileOptions().compile_memory_limit
 
 
 # ----- nesting deeper than MLIR's parser can take ----------------------------------------------

@@ -220,6 +220,8 @@ def test_fedprox_from_the_command_line(tmp_path):
     np.testing.assert_allclose(b2, b1 - 0.1 * 0.5 * (B0 - b_global), rtol=1e-5, atol=1e-6)
     refused = runner.invoke(app, ["grad", str(src), "--prox-mu", "0.5"])
     assert refused.exit_code == 2 and "--prox-mu needs --train" in refused.output
+    negative = runner.invoke(app, ["grad", str(src), "--train", "sgd", "--prox-mu", "-1"])
+    assert negative.exit_code == 2 and "bad --prox-mu -1.0: FedProx's mu is a number >= 0" in negative.output
 
 
 # ----- Module.trainer: state on the device, atomic checkpoints --------------------------------
