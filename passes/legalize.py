@@ -47,8 +47,14 @@ import math
 from ..boundary import respell_foreign
 from . import choices, hlo
 from .convolution import lower_convolution
+from .linalg import lower_cholesky, lower_triangular_solve
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
 from .mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
+
+
+# IREE 3.13 refuses these on llvm-cpu ("failed to legalize operation ... explicitly marked illegal"):
+# loops over columns / rows instead (linalg.py).
+LINALG = {"stablehlo.cholesky": lower_cholesky, "stablehlo.triangular_solve": lower_triangular_solve}
 
 
 def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
@@ -61,7 +67,7 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
                         or is_large_sum(inner) \
                         or inner.name == "stablehlo.dot_general" and (_wider(inner) or contraction_chunks(inner)) \
                         or inner.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(inner.operands[0]) \
-                        or _host_int_to_f64(inner):
+                        or _host_int_to_f64(inner) or inner.name in LINALG:
                     out.append(inner)
                 if len(inner.regions):
                     _candidates(inner, out)
@@ -194,6 +200,8 @@ def legalize_for_iree(module: ir.Module) -> int:
                 replacement = _update_by_scatter(op)
             elif op.name == "stablehlo.convert":
                 replacement = _int_to_f64_through_f32(op.operands[0])
+            elif op.name in LINALG:
+                replacement = LINALG[op.name](op)
             else:
                 replacement = lower_convolution(op)
         if replacement is not None:
@@ -208,7 +216,7 @@ def legalize_text(text: str) -> str:
     text = respell_foreign(text)
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
                                          "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
-                                         "stablehlo.convert")):
+                                         "stablehlo.convert", *LINALG)):
         return text
     module = parse_module(text)
     if not legalize_for_iree(module):
