@@ -14,19 +14,25 @@ alone (``ig.load``, ``Module``, the errors): a device that only runs artifacts n
 from __future__ import annotations
 
 import importlib.util
+from typing import TYPE_CHECKING
 
 from .version import __version__
 from . import runtime
-from .runtime import Artifact, ArtifactError, CompileError, DeviceError, Module, load
+from .runtime import (Artifact as Artifact, ArtifactError as ArtifactError, CompileError as CompileError,
+                      DeviceError as DeviceError, Module as Module, load as load)
 
 newaxis = None
 # Submodules that run without the compiler (they import only irgrad.runtime and their own extras).
 _RUNTIME_MODULES = ("fleet",)
 
-if importlib.util.find_spec("iree.compiler") is not None:
+# Type checkers see the whole toolchain (the frontend's names, never the fallback below).
+if TYPE_CHECKING or importlib.util.find_spec("iree.compiler") is not None:
     from .frontend import *  # noqa: F403
+    from .ops import *  # noqa: F403  (already in frontend's names; said again for type checkers)
+    # Named again: irgrad.function and irgrad.gradients are also submodules, which type checkers prefer.
+    from .frontend import function as function, gradients as gradients
 else:
-    def __getattr__(name: str):
+    def __getattr__(name: str) -> object:
         """Runtime-only install: a frontend name says what is missing (PEP 562)."""
         if name.startswith("__"):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

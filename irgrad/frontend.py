@@ -5,7 +5,7 @@ disk): the graph API traces to StableHLO and the pass differentiates it. Without
 the package imports only the runtime, so a device with ``iree-base-runtime`` and numpy
 alone can ``import irgrad`` and run artifacts.
 """
-from . import passes
+from . import ops, passes
 from .dtypes import (DType, as_dtype, bfloat16, bool_ as bool, double, float16, float32, float64, half,  # noqa: A004
                      int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 from .framework import Graph, Operation, Tensor, TensorShape, get_default_graph
@@ -22,3 +22,16 @@ from .tape import GradientTape
 from .forwardprop import ForwardAccumulator
 from .pfor import vectorized_map
 from . import math, nn, optimizers
+
+
+# The public names (a type checker re-exports only these; tests/test_typing.py keeps the list whole).
+__all__ = [
+    "AggregationMethod", "as_dtype", "bfloat16", "bool", "compile", "custom_gradient", "double", "DType", "export",
+    "float16", "float32", "float64", "ForwardAccumulator", "Function", "function", "get_default_graph",
+    "grad_pass_through", "gradients", "GradientTape", "Graph", "half", "hessian_vector_product", "hessians",
+    "int16", "int32", "int64", "int8", "jacobian", "Lowered", "math", "nn", "no_gradient", "NotDifferentiable",
+    "Operation", "optimizers", "passes", "placeholder", "recompute_grad", "RegisterGradient", "Session",
+    "TensorShape", "TensorSpec", "uint16", "uint32", "uint64", "uint8", "UnconnectedGradients", "Variable",
+    "vectorized_map"
+]
+__all__ += ops.__all__

@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -344,15 +344,25 @@ def conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
     return arr
 
 
-def function(fn: Callable | None = None, input_signature: Sequence[TensorSpec] | None = None,
-             target: str = "llvm-cpu", device: str | None = None, **compile_flags):
+@overload
+def function(fn: Callable[..., Any], input_signature: Sequence[TensorSpec] | None = None,
+             target: str = "llvm-cpu", device: str | None = None, **compile_flags: Any) -> Function: ...
+@overload
+def function(fn: None = None, input_signature: Sequence[TensorSpec] | None = None,
+             target: str = "llvm-cpu", device: str | None = None,
+             **compile_flags: Any) -> Callable[[Callable[..., Any]], Function]: ...
+
+
+def function(fn: Callable[..., Any] | None = None, input_signature: Sequence[TensorSpec] | None = None,
+             target: str = "llvm-cpu", device: str | None = None,
+             **compile_flags: Any) -> Function | Callable[[Callable[..., Any]], Function]:
     """Decorator (with or without arguments) making an ``ig.function``."""
     if fn is None:
         return lambda f: Function(f, input_signature, target, device, **compile_flags)
     return Function(fn, input_signature, target, device, **compile_flags)
 
 
-def export(fn, *specs, name: str | None = None) -> str:
+def export(fn: Callable[..., Any], *specs: Any, name: str | None = None) -> str:
     """StableHLO module text of ``fn`` traced with ``specs`` (its public function is ``@name``)."""
     f = fn if isinstance(fn, Function) else Function(fn)
     if name is not None:
@@ -363,7 +373,7 @@ def export(fn, *specs, name: str | None = None) -> str:
     return f.lower(*specs).mlir
 
 
-def compile(mlir_text_or_lowered, target: str = "llvm-cpu", **flags) -> Artifact:  # noqa: A001
+def compile(mlir_text_or_lowered: str | Lowered, target: str = "llvm-cpu", **flags: Any) -> Artifact:  # noqa: A001
     """Compile StableHLO text (or a ``Lowered``) with IREE into an ``ig.Artifact``."""
     if isinstance(mlir_text_or_lowered, Lowered):
         return mlir_text_or_lowered.compile(target, **flags)

@@ -5,3 +5,8 @@ from .ops.nn_ops import (avg_pool2d, conv2d, log_softmax, max_pool2d, relu, soft
 
 max_pool = max_pool2d
 avg_pool = avg_pool2d
+
+__all__ = [
+    "avg_pool", "avg_pool2d", "conv2d", "log_softmax", "max_pool", "max_pool2d", "relu", "sigmoid", "softmax",
+    "softmax_cross_entropy_with_logits", "softplus", "tanh"
+]

@@ -32,7 +32,7 @@ def test_nothing_generic_at_the_top_of_site_packages():
 def test_subpackages_are_installed_under_irgrad():
     _, files = _files()
     for needed in ("irgrad/passes/backprop.py", "irgrad/runtime/loader.py", "irgrad/cli.py",
-                   "irgrad/ops/math_ops.py"):
+                   "irgrad/ops/math_ops.py", "irgrad/py.typed"):
         assert needed in files, f"{needed} missing from the installed distribution"
 
 

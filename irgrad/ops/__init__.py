@@ -46,3 +46,14 @@ Tensor.__invert__ = lambda self: logical_not(self)
 Tensor.__getitem__ = getitem
 Tensor.__eq__ = lambda self, other: False if other is None else equal(self, other)
 Tensor.__ne__ = lambda self, other: True if other is None else not_equal(self, other)
+
+__all__ = [
+    "abs", "add", "broadcast_to", "cast", "ceil", "clip_by_value", "concat", "cond", "constant",
+    "convert_to_tensor", "cos", "divide", "einsum", "equal", "erf", "exp", "expand_dims", "expm1", "fill", "floor",
+    "floordiv", "gather", "getitem", "greater", "greater_equal", "identity", "less", "less_equal", "log", "log1p",
+    "logical_and", "logical_not", "logical_or", "matmul", "maximum", "minimum", "mod", "multiply", "negative",
+    "not_equal", "one_hot", "ones", "ones_like", "pow", "rank", "reduce_all", "reduce_any", "reduce_max",
+    "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "reshape", "round", "rsqrt", "shape", "sigmoid",
+    "sign", "sin", "size", "slice", "sqrt", "square", "squeeze", "stack", "stop_gradient", "subtract", "tan",
+    "tanh", "Tensor", "transpose", "unstack", "where", "while_loop", "zeros", "zeros_like"
+]
