@@ -634,14 +634,15 @@ def gather(x: Value, indices: Value, dims: dict, slice_sizes: Sequence[int]) -> 
 
 def scatter(x: Value, indices: Value, updates: Value, dims: dict, kind: str = "add") -> Value:
     """``stablehlo.scatter`` of one operand (SCATTER_FIELDS in ``dims``): ``add``
-    accumulates duplicate indices, ``replace`` overwrites."""
+    accumulates duplicate indices, ``replace`` overwrites (the last update wins in IREE),
+    ``mul``/``max``/``min`` combine them so."""
     op = _create("stablehlo.scatter", [x.type], [x, indices, updates],
                  {"scatter_dimension_numbers": struct_attr("scatter", dims, SCATTER_FIELDS)}, regions=1)
     scalar = tensor_type([], elem(x))
     block = op.regions[0].blocks.append(scalar, scalar)
     with ir.InsertionPoint(block):
         a, b = block.arguments
-        return_([add(a, b) if kind == "add" else b], "stablehlo.return")
+        return_([b if kind == "replace" else binary(REDUCERS[kind], a, b)], "stablehlo.return")
     return op.result
 
 

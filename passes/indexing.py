@@ -6,9 +6,9 @@ Conventions:
   its adjoint scatter-adds at the same clamped indices, so duplicate indices
   accumulate.
 * ``scatter`` skips a whole update window that would leave the operand (XLA's
-  behaviour, JAX's ``mode="drop"``): such updates get a zero cotangent. With a
-  "replace" update computation and duplicate indices, every duplicate gets the
-  cotangent of the written window (which one wins is implementation-defined).
+  behaviour, JAX's ``mode="drop"``): such updates get a zero cotangent. Update
+  computations: see the scatter section below. With "replace" and colliding indices
+  only the update that won in the forward (IREE: the last one) gets a cotangent.
 * ``dynamic_slice`` / ``dynamic_update_slice`` clamp their starts; the adjoints
   reuse the same starts with the same clamping.
 * selection (``sort``, ``top_k``, argmax-style ``reduce``): the cotangent goes
@@ -21,6 +21,8 @@ import numpy as np
 
 from . import hlo
 from .control_flow import inline_region
+from .backprop import backprop_local
+from .batching import ELEMENTWISE, attributes
 from .hlo import GATHER_FIELDS, SCATTER_FIELDS, broadcast_in_dim, compare, select
 from .mlir import dtype_name, elem, ir, is_float, shape, tensor_type
 from .forward import by_transposition, linear
@@ -100,39 +102,227 @@ def _scatter_elements(x, starts, ct, d, sizes) -> ir.Value:
     return hlo.scatter(hlo.zeros(x.type), hlo.concatenate(coords, 1), hlo.reshape(ct, [_size(ct)]), flat, "add")
 
 
-def _scatter_kind(op: ir.Operation) -> str | None:
+# ----- scatter -------------------------------------------------------------------------
+#
+# The update computation phi(a, b) (a: the operand's current value, b: the update) is read
+# for one of these forms, T any elementwise function of b alone (a constant included):
+#   add      a + T        y = x + sum T(u)     (order-free: exact with collisions)
+#   sub      a - T        y = x - sum T(u)
+#   mul      a * T        y = x * prod T(u)    (exact where some T(u) are zero)
+#   div      a / T        y = x * prod 1/T(u)
+#   max/min  max(a, T)    y = max(x, max T(u)) (ties share the cotangent equally)
+#   keep     a            y = x
+#   replace  T            y = T(u) of the update that won: IREE applies colliding updates in
+#                         order, the last one wins; the adjoint finds the winner by running the
+#                         same replace-scatter on the updates' ids, so only it gets a cotangent
+#   general  anything else: exact only when no two updates hit one position (the attribute
+#            unique_indices = true, or constant indices that are distinct); refused otherwise.
+
+_FORMS = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
+          "stablehlo.minimum": "min"}
+_ONE_SIDED = {"stablehlo.subtract": "sub", "stablehlo.divide": "div"}
+_SCALAR_SHAPES = {"stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.transpose"}
+
+
+def _through(v: ir.Value) -> ir.Value:
+    """``v`` with scalar-to-scalar reshapes (and the like) looked through."""
+    while isinstance(v, ir.OpResult) and v.owner.name in _SCALAR_SHAPES:
+        v = v.owner.operands[0]
+    return v
+
+
+def _scatter_form(op: ir.Operation) -> tuple[str, ir.Value | None]:
+    """(form, T) of the update computation (module comment above)."""
     block = op.regions[0].blocks[0]
-    body = [o.operation for o in block.operations]
     a, b = block.arguments
-    if len(body) == 1 and list(body[0].operands) == [b]:
-        return "replace"
-    if len(body) == 2 and body[0].name == "stablehlo.add" and set(body[0].operands) == {a, b}:
-        return "add"
-    return None
+    body = [o.operation for o in block.operations]
+    returned = list(body[-1].operands)
+    if len(returned) != 1:
+        return "general", None
+    on_a = {a}
+    for inner in body[:-1]:
+        if any(v in on_a for v in inner.operands):
+            on_a.update(inner.results)
+    root = _through(returned[0])
+    if root not in on_a:
+        return "replace", root
+    if root == a:
+        return "keep", None
+    owner = root.owner if isinstance(root, ir.OpResult) else None
+    if owner is not None and len(owner.operands) == 2:
+        p, q = (_through(v) for v in owner.operands)
+        if owner.name in _FORMS:
+            if p == a and q not in on_a:
+                return _FORMS[owner.name], q
+            if q == a and p not in on_a:
+                return _FORMS[owner.name], p
+        if owner.name in _ONE_SIDED and p == a and q not in on_a:
+            return _ONE_SIDED[owner.name], q
+    return "general", None
+
+
+def _lift(op: ir.Operation, args: list[ir.Value]) -> dict[ir.Value, ir.Value]:
+    """The scalar update computation applied elementwise to the tensors ``args`` (one
+    shape): each value of the region mapped to its tensor counterpart."""
+    block = op.regions[0].blocks[0]
+    like = shape(args[0])
+    env = dict(zip(block.arguments, args))
+    for inner in [o.operation for o in block.operations][:-1]:
+        scalar = all(shape(v) == () for v in [*inner.operands, *inner.results])
+        operands = [env.get(v) for v in inner.operands]
+        if len(inner.regions) or not scalar or any(v is None for v in operands):
+            raise missing(op, f" whose update computation holds '{inner.name}' (not an elementwise "
+                              "op of its arguments)")
+        if inner.name == "stablehlo.constant":
+            env[inner.results[0]] = broadcast_in_dim(inner.clone().results[0], like, [])
+        elif inner.name in _SCALAR_SHAPES:
+            env[inner.results[0]] = operands[0]
+        elif inner.name in ELEMENTWISE:
+            new = ir.Operation.create(inner.name, results=[tensor_type(like, elem(r)) for r in inner.results],
+                                      operands=operands,
+                                      attributes=attributes(inner))
+            env.update(zip(inner.results, new.results))
+        else:
+            raise missing(op, f" whose update computation holds '{inner.name}' (not elementwise)")
+    return env
+
+
+class _Scatter:
+    """A one-operand scatter's geometry: its update windows as a gather, and which of them
+    stay inside the operand (the others are dropped)."""
+
+    def __init__(self, op: ir.Operation) -> None:
+        self.op = op
+        self.x, self.indices, self.updates = op.operands
+        self.d = d = _dimension_numbers(op, "scatter_dimension_numbers", SCATTER_FIELDS)
+        x, indices, updates = self.x, self.indices, self.updates
+        window = iter([shape(updates)[i] for i in d["update_window_dims"]])
+        skip = set(d["inserted_window_dims"]) | set(d["input_batching_dims"])
+        self.sizes = [1 if i in skip else next(window) for i in range(len(shape(x)))]
+        ivd, starts = d["index_vector_dim"], d["scatter_dims_to_operand_dims"]
+        ok = hlo.binary("stablehlo.and", compare(indices, hlo.zeros(indices.type), "GE"),
+                        compare(indices, _per_index(indices, ivd, _last_starts(x, self.sizes, starts)), "LE"))
+        ok = hlo.reduce(ok, [ivd] if ivd < len(shape(indices)) else [], "and")
+        self.scatter_dims = [i for i in range(len(shape(updates))) if i not in d["update_window_dims"]]
+        self.ok = broadcast_in_dim(ok, shape(updates), self.scatter_dims)
+
+    def gather(self, v: ir.Value) -> ir.Value:
+        """``v`` (operand-shaped) read at every update's position (updates-shaped)."""
+        return hlo.gather(v, self.indices, {g: self.d[s] for s, g in zip(SCATTER_FIELDS, GATHER_FIELDS)},
+                          self.sizes)
+
+    def scatter(self, into: ir.Value, values: ir.Value, kind: str) -> ir.Value:
+        return hlo.scatter(into, self.indices, values, self.d, kind)
+
+    def kept(self, v: ir.Value) -> ir.Value:
+        """``v`` (updates-shaped), zero for the windows the scatter dropped."""
+        return select(self.ok, v, hlo.zeros(v.type))
+
+    def winners(self) -> ir.Value:
+        """i1, updates-shaped: which update element's value each written position kept — the
+        same replace-scatter run on the updates' ids (IREE: the last of colliding updates)."""
+        i32 = ir.IntegerType.get_signless(32)
+        ids = hlo.reshape(hlo.iota([_size(self.updates)], i32, 0), shape(self.updates))
+        written = self.scatter(hlo.splat(-1, tensor_type(shape(self.x), i32)), ids, "replace")
+        return hlo.binary("stablehlo.and", compare(self.gather(written), ids, "EQ"), self.ok)
+
+    def unique(self) -> bool:
+        """Whether no two updates can hit one position: ``unique_indices = true``, one
+        update window, or constant indices that are distinct (windows of size 1 along
+        the indexed dimensions, no batching dimensions)."""
+        if hlo.read_bool(self.op, "unique_indices"):
+            return True
+        if int(np.prod([shape(self.updates)[i] for i in self.scatter_dims], dtype=np.int64)) <= 1:
+            return True
+        v, d = self.indices, self.d
+        if not (isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant") or d["input_batching_dims"] \
+                or any(self.sizes[k] != 1 for k in d["scatter_dims_to_operand_dims"]):
+            return False
+        values = np.array(list(ir.DenseIntElementsAttr(v.owner.attributes["value"])), np.int64)
+        values = values.reshape(shape(v)) if values.size == _size(v) else np.broadcast_to(values, shape(v))
+        if d["index_vector_dim"] < len(shape(v)):
+            values = np.moveaxis(values, d["index_vector_dim"], -1)
+        else:
+            values = values[..., None]
+        rows = values.reshape(-1, values.shape[-1])
+        return len({tuple(r) for r in rows}) == len(rows)
+
+
+def _pull(out: ir.Value, w: ir.Value | None, updates: ir.Value) -> ir.Value | None:
+    """d updates of ``out`` (a lifted function of the updates) at cotangent ``w``."""
+    if w is None:
+        return None
+    if out == updates:
+        return w
+    return backprop_local([out], [w], [updates], name="scatter")[0]
 
 
 @adjoint("stablehlo.scatter")
 def _scatter(op, cts):
-    """add: d operand = ct; replace: ct with the written windows zeroed;
-    d updates = gather(ct) at the update windows, 0 for windows that were dropped"""
-    kind = _scatter_kind(op) if len(op.operands) == 3 else None
-    if kind is None:
-        raise missing(op, " with this update computation (add and replace are supported)")
+    """per update computation (the forms above): add/sub: d x = ct, d u = ±T'(u) ct at the
+    window; mul/div: product rule over every collision; max/min: ct shared among ties;
+    replace: d x = ct with the written windows zeroed, d u = T'(u) ct for the update that
+    won; general (unique indices): the region's partials at (x, u). Dropped windows get 0."""
+    if len(op.operands) != 3:
+        raise missing(op, " with several operands (a variadic scatter)")
     (ct,) = cts
-    x, indices, updates = op.operands
-    d = _dimension_numbers(op, "scatter_dimension_numbers", SCATTER_FIELDS)
-    window = iter([shape(updates)[i] for i in d["update_window_dims"]])
-    skip = set(d["inserted_window_dims"]) | set(d["input_batching_dims"])
-    sizes = [1 if i in skip else next(window) for i in range(len(shape(x)))]
-    gathered = hlo.gather(ct, indices, {g: d[s] for s, g in zip(SCATTER_FIELDS, GATHER_FIELDS)}, sizes)
-    ivd, starts = d["index_vector_dim"], d["scatter_dims_to_operand_dims"]
-    ok = hlo.binary("stablehlo.and", compare(indices, hlo.zeros(indices.type), "GE"),
-                    compare(indices, _per_index(indices, ivd, _last_starts(x, sizes, starts)), "LE"))
-    ok = hlo.reduce(ok, [ivd] if ivd < len(shape(indices)) else [], "and")
-    scatter_dims = [i for i in range(len(shape(updates))) if i not in d["update_window_dims"]]
-    dupdates = select(broadcast_in_dim(ok, shape(updates), scatter_dims), gathered, hlo.zeros(updates.type))
-    dx = ct if kind == "add" else hlo.scatter(ct, indices, hlo.zeros(updates.type), d, "replace")
-    return dx, None, dupdates
+    form, t = _scatter_form(op)
+    s = _Scatter(op)
+    x, updates = s.x, s.updates
+    if form == "general" and not s.unique():
+        raise missing(op, " with this update computation: several updates may hit one position, and then "
+                          "the result depends on the order they are applied in (set unique_indices = true if "
+                          "they never collide)")
+    if form == "keep":
+        return ct, None, None
+    if form == "general":
+        xg = s.gather(x)
+        env = _lift(op, [xg, updates])
+        root = env[list(list(op.regions[0].blocks[0].operations)[-1].operands)[0]]
+        dxg, du = backprop_local([root], [s.gather(ct)], [xg, updates], name="scatter")
+        dx = s.scatter(ct, dxg if dxg is not None else hlo.zeros(updates.type), "replace")
+        return dx, None, s.kept(du) if du is not None else None
+    g = _lift(op, [hlo.zeros(updates.type), updates])[t]
+    if form in ("add", "sub"):
+        w = s.kept(s.gather(ct))
+        return ct, None, _pull(g, hlo.negate(w) if form == "sub" else w, updates)
+    if form == "replace":
+        won = s.ok if s.unique() else s.winners()
+        dx = s.scatter(ct, hlo.zeros(updates.type), "replace")
+        return dx, None, _pull(g, select(won, s.gather(ct), hlo.zeros(updates.type)), updates)
+    if form in ("max", "min"):
+        return _scatter_extremum(s, op.results[0], g, ct)
+    factor = g if form == "mul" else hlo.divide(hlo.ones(g.type), g)
+    return _scatter_product(s, factor, ct)
+
+
+def _scatter_extremum(s: _Scatter, y: ir.Value, g: ir.Value, ct: ir.Value):
+    """y = max(x, max T(u)): ct split equally among x and the T(u) equal to y"""
+    x, updates = s.x, s.updates
+    one, zero = hlo.ones(x.type), hlo.zeros(x.type)
+    hit_x = select(compare(x, y, "EQ"), one, zero)
+    hit_u = select(hlo.binary("stablehlo.and", compare(g, s.gather(y), "EQ"), s.ok),
+                   hlo.ones(updates.type), hlo.zeros(updates.type))
+    count = hlo.binary("stablehlo.maximum", hlo.add(hit_x, s.scatter(zero, hit_u, "add")), one)
+    share = hlo.divide(ct, count)
+    return hlo.multiply(share, hit_x), None, _pull(g, hlo.multiply(s.gather(share), hit_u), s.updates)
+
+
+def _scatter_product(s: _Scatter, f: ir.Value, ct: ir.Value):
+    """y = x * prod F(u): d x = ct * prod F; d u_j = ct x prod_{i != j} F(u_i) F'(u_j), the
+    product of the others exact where some F(u_i) are zero (counted apart)"""
+    x, updates = s.x, s.updates
+    is_zero = compare(f, hlo.zeros(f.type), "EQ")
+    ones_u, zeros_u = hlo.ones(f.type), hlo.zeros(f.type)
+    nonzero = select(is_zero, ones_u, f)
+    zeros = s.gather(s.scatter(hlo.zeros(x.type), select(s.ok, select(is_zero, ones_u, zeros_u), zeros_u), "add"))
+    product = s.scatter(hlo.ones(x.type), f, "mul")
+    product_nonzero = s.gather(s.scatter(hlo.ones(x.type), nonzero, "mul"))
+    none_zero = compare(zeros, zeros_u, "EQ")
+    only_this = hlo.binary("stablehlo.and", compare(zeros, ones_u, "EQ"), is_zero)
+    others = select(none_zero, hlo.divide(product_nonzero, nonzero), select(only_this, product_nonzero, zeros_u))
+    w = s.kept(hlo.multiply(s.gather(hlo.multiply(ct, x)), others))
+    return hlo.multiply(ct, product), None, _pull(f, w, updates)
 
 
 # ----- dynamic slices ------------------------------------------------------------------
@@ -252,6 +442,9 @@ tangent("stablehlo.sort", "chlo.top_k")(by_transposition)
 
 @tangent("stablehlo.scatter")
 def _scatter_tangent(op, ts):
-    """add and replace scatters are linear in (operand, updates): the scatter of the tangents"""
-    kind = _scatter_kind(op) if len(op.operands) == 3 else None
-    return (linear if kind is not None else by_transposition)(op, ts)
+    """linear update computations (a + u, a - u, u, a): the scatter of the tangents, which
+    repeats the forward's choice among colliding updates; the others through the adjoint"""
+    form, t = _scatter_form(op) if len(op.operands) == 3 else ("general", None)
+    arg = op.regions[0].blocks[0].arguments[1]
+    is_linear = form == "keep" or form in ("add", "sub", "replace") and t == arg
+    return (linear if is_linear else by_transposition)(op, ts)
