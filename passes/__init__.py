@@ -5,6 +5,7 @@ modules from any producer. Importing this package registers every adjoint rule.
 """
 from . import (chlo, contractions, control_flow, convolution, elementwise, indexing, linalg, normalization,  # noqa: F401
                reductions, regions, shapes, windows)  # (register rules)
+from . import einsum  # noqa: F401  (register rules)
 from .backprop import AGGREGATIONS, backprop
 from .batching import MissingBatchingRule
 from .grad import add_adjoints, differentiate, find_function, function_name, proximal, public_functions, vectorize

@@ -23,6 +23,9 @@
   legalize operation 'stablehlo.dynamic_update_slice'"). It becomes the ``scatter`` that
   writes the same window, its starts clamped as ``dynamic_update_slice`` clamps them.
 
+* ``stablehlo.einsum`` / ``unary_einsum`` (IREE 3.13 refuses the latter): diagonals, sums,
+  a ``dot_general`` and a transpose (``einsum.py``).
+
 And one for accuracy: a float sum of more than ``summation.BLOCK`` terms (a ``reduce``, or a
 ``dot_general`` with a long contraction and a small result) becomes a blocked sum
 (``summation.py``: IREE 3.13 sums sequentially, and 64 M float32 terms summed to half their
@@ -47,6 +50,7 @@ import math
 from ..boundary import respell_foreign
 from . import choices, hlo
 from .convolution import lower_convolution
+from .einsum import EINSUMS, lower_einsum
 from .linalg import lower_cholesky, lower_triangular_solve
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
 from .mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
@@ -67,7 +71,7 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
                         or is_large_sum(inner) \
                         or inner.name == "stablehlo.dot_general" and (_wider(inner) or contraction_chunks(inner)) \
                         or inner.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(inner.operands[0]) \
-                        or _host_int_to_f64(inner) or inner.name in LINALG:
+                        or _host_int_to_f64(inner) or inner.name in LINALG or inner.name in EINSUMS:
                     out.append(inner)
                 if len(inner.regions):
                     _candidates(inner, out)
@@ -202,6 +206,8 @@ def legalize_for_iree(module: ir.Module) -> int:
                 replacement = _int_to_f64_through_f32(op.operands[0])
             elif op.name in LINALG:
                 replacement = LINALG[op.name](op)
+            elif op.name in EINSUMS:
+                replacement = lower_einsum(op)
             else:
                 replacement = lower_convolution(op)
         if replacement is not None:
@@ -216,7 +222,7 @@ def legalize_text(text: str) -> str:
     text = respell_foreign(text)
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
                                          "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
-                                         "stablehlo.convert", *LINALG)):
+                                         "stablehlo.convert", *LINALG, *EINSUMS)):
         return text
     module = parse_module(text)
     if not legalize_for_iree(module):
