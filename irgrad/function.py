@@ -91,7 +91,15 @@ class ConcreteFunction:
     def run(self, arrays: list[np.ndarray], target: str, device: str | None, flags: dict):
         return self.run_with(self.module(target, device, flags)[self.name], arrays)
 
-    def run_with(self, fn, arrays: list[np.ndarray]):
+    def runner(self, fn) -> Callable[..., Any]:
+        """``run_with(fn, arrays)`` as a function of the arrays alone (what a cached call runs)."""
+        if not self.variables and not self.updates and self.output_slots == [0] \
+                and not isinstance(self.outputs_structure, (list, tuple, dict)):
+            call = fn.call_flat
+            return lambda *arrays: call(*arrays)[0]  # one tensor: nothing to pack
+        return lambda *arrays: self.run_with(fn, arrays)
+
+    def run_with(self, fn, arrays: Sequence[np.ndarray]):
         """Calls the loaded function ``fn`` of this trace: arrays, then the variables' values;
         updates the assigned variables; returns the outputs in ``fn``'s Python structure."""
         if not self.variables and not self.updates and self.output_slots == [0] \
@@ -158,7 +166,6 @@ def emit_text(module: ir.Module | ir.Operation) -> str:
         clean.erase()
 
 
-_ARRAYS = (np.ndarray, np.generic)
 
 
 class Function:
@@ -258,17 +265,21 @@ class Function:
 
     def __call__(self, *args, **kwargs):
         fast = None
-        if not kwargs and self.input_signature is None and all(isinstance(a, _ARRAYS) for a in args):
-            fast = tuple((a.shape, a.dtype) for a in args)
+        if not kwargs and self.input_signature is None:
+            # A call with the arrays of an earlier call's types and shapes: straight to its module.
+            fast = tuple([(type(a), a.shape, a.dtype) if type(a) is np.ndarray or isinstance(a, np.generic)
+                          else None for a in args])
             hit = self._fast.get(fast)
             if hit is not None:
-                return hit[0].run_with(hit[1], [np.asarray(a) for a in args])
+                return hit(*args)
+            if None in fast:
+                fast = None
         bound_args, bound_kwargs = self._bind(args, kwargs)
         key, with_specs, arrays = self._specs_and_arrays(bound_args, bound_kwargs, lowering=False)
         cf = self._concrete(key, with_specs)
         fn = cf.module(self.target, self.device, self.compile_flags)[cf.name]
         if fast is not None and len(arrays) == len(args):  # every argument was an array leaf
-            self._fast[fast] = (cf, fn)
+            self._fast[fast] = cf.runner(fn)
         return cf.run_with(fn, arrays)
 
     def lower(self, *args, **kwargs) -> Lowered:

@@ -342,20 +342,60 @@ def _permuted(x: Value, perm: Sequence[int]) -> Value:
     return hlo.transpose(x, perm)
 
 
-def _identity_rows(v: Value) -> bool:
-    """Whether ``v`` is (a reshape of) ``select(iota₀ == iota₁, 1, 0)``: row b one-hot at b."""
+def _diagonal_scale(v: Value) -> Value | bool | None:
+    """What scales the one-hot rows of ``v``: ``True`` when ``v`` is (a reshape of)
+    ``select(iota₀ == iota₁, 1, 0)`` (row b one-hot at b), a value ``u`` (a scalar or an
+    ``n``-vector) when it is that identity times ``u`` along either axis, negated or
+    multiplied further (row b is ``u[b]`` at b: ``diag(u)``); ``None`` for anything else."""
     while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
         v = v.owner.operands[0]
-    if not isinstance(v, ir.OpResult) or v.owner.name != "stablehlo.select":
-        return False
-    pred, one, zero = v.owner.operands
-    if len(shape(v)) != 2 or _splat(one) != 1 or _splat(zero) != 0:
-        return False
+    if not isinstance(v, ir.OpResult) or len(shape(v)) != 2:
+        return None
+    op = v.owner
+    if op.name == "stablehlo.negate":
+        inner = _diagonal_scale(op.operands[0])
+        return None if inner is None else hlo.negate(_scale_value(inner, v))
+    if op.name == "stablehlo.multiply":
+        a, c = op.operands
+        for diag, other in ((a, c), (c, a)):
+            factor = _axis_vector(other, shape(v)[0])
+            inner = None if factor is None else _diagonal_scale(diag)
+            if inner is not None:
+                return factor if inner is True else hlo.multiply(_scale_value(inner, v), _scale_value(factor, v))
+        return None
+    if op.name != "stablehlo.select":
+        return None
+    pred, one, zero = op.operands
+    if _splat(one) != 1 or _splat(zero) != 0:
+        return None
     if not isinstance(pred, ir.OpResult) or pred.owner.name != "stablehlo.compare" \
             or hlo.read_direction(pred.owner) != "EQ":
-        return False
+        return None
     iotas = [a.owner for a in pred.owner.operands if isinstance(a, ir.OpResult) and a.owner.name == "stablehlo.iota"]
-    return len(iotas) == 2 and sorted(hlo.read_int(i, "iota_dimension") for i in iotas) == [0, 1]
+    return True if len(iotas) == 2 and sorted(hlo.read_int(i, "iota_dimension") for i in iotas) == [0, 1] else None
+
+
+def _axis_vector(v: Value, n: int) -> Value | None:
+    """``u`` when the ``n × n`` ``v`` is a splat constant or ``broadcast_in_dim`` of a scalar
+    or of an ``n``-vector along one axis (on a diagonal, both axes give ``u[b]`` at b)."""
+    value = _splat(v)
+    if value is not None:
+        return hlo.splat(value, ir.RankedTensorType.get([], elem(v)))
+    if not isinstance(v, ir.OpResult) or v.owner.name != "stablehlo.broadcast_in_dim":
+        return None
+    u = v.owner.operands[0]
+    dims = hlo.read_i64_array(v.owner, "broadcast_dimensions")
+    if not dims and shape(u) == ():
+        return u
+    return u if len(dims) == 1 and shape(u) == (n,) else None
+
+
+def _scale_value(scale: Value | bool, like: Value) -> Value:
+    """A scale from :func:`_diagonal_scale` as an ``n``-vector (``True``: ones)."""
+    n = shape(like)[0]
+    if scale is True:
+        return hlo.ones(ir.RankedTensorType.get([n], elem(like)))
+    return scale if shape(scale) == (n,) else hlo.broadcast_in_dim(scale, [n], [])
 
 
 def _splat(v: Value) -> float | None:
@@ -367,11 +407,15 @@ def _splat(v: Value) -> float | None:
 
 
 def _identity_contraction(b: Batcher, rows: Value, other: Value, rb, rc, oc, free) -> Value | None:
-    """``dot(e_k, other)`` for every one-hot row ``e_k`` over ``rows``' element dims: the
-    slice of ``other`` at k along its contracting dims. ``None`` unless ``rows`` is an
-    identity, unbatched ``other``, no batch dims, and every free dim of the rows has size 1."""
+    """``dot(u_k e_k, other)`` for every one-hot row ``e_k`` over ``rows``' element dims: the
+    slice of ``other`` at k along its contracting dims, times ``u_k``. ``None`` unless ``rows``
+    is a scaled identity (:func:`_diagonal_scale`), unbatched ``other``, no batch dims, and
+    every free dim of the rows has size 1."""
     s = shape(rows)[1:]
-    if rb or not _identity_rows(rows) or any(s[d] != 1 for d in free) or int(np.prod(s)) != b.size:
+    if rb or any(s[d] != 1 for d in free) or int(np.prod(s)) != b.size:
+        return None
+    scale = _diagonal_scale(rows)
+    if scale is None:
         return None
     # The rows' flat index runs over their contracting dims in the rows' order.
     order = sorted(range(len(rc)), key=lambda i: rc[i])
@@ -380,7 +424,11 @@ def _identity_contraction(b: Batcher, rows: Value, other: Value, rb, rc, oc, fre
     moved = hlo.transpose(other, [*contracted, *ofree]) if [*contracted, *ofree] != list(range(len(shape(other)))) \
         else other
     so = shape(other)
-    return hlo.reshape(moved, [b.size, *[1] * len(free), *[so[d] for d in ofree]])
+    out_shape = [b.size, *[1] * len(free), *[so[d] for d in ofree]]
+    out = hlo.reshape(moved, out_shape)
+    if scale is True:
+        return out
+    return hlo.multiply(out, hlo.broadcast_in_dim(_scale_value(scale, rows), out_shape, [0]))
 
 
 def _merged(x: Value, into: int) -> Value:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifact import Artifact, atomic_write
-from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, read_metadata, seal
+from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, UNUSED_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target, format_bytes
 from ..boundary import module_text, parse, save_failed_ir
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 _MEMORY_CACHE_SIZE = 64
-_CACHE_FORMAT = 3  # 2: entries are sealed (vmfb.seal); 3: metadata has "work" (the default device)
+_CACHE_FORMAT = 4  # 2: entries are sealed (vmfb.seal); 3: metadata has "work" (the default device); 4: "unused"
 _memory_cache: collections.OrderedDict[str, Artifact] = collections.OrderedDict()
 _stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0}
 
@@ -203,6 +203,7 @@ def _annotate(
     }
     functions: dict[str, Any] = {}
     training: dict[str, Any] = {}
+    unused: dict[str, list[int]] = {}
     with ir.Context() as context:
         module = parse(mlir_text, context)
         work = estimate_work(module.operation)
@@ -220,6 +221,13 @@ def _annotate(
             if TRAIN_KEY in func.attributes:
                 entries[TRAIN_KEY] = func.attributes[TRAIN_KEY]
                 training[signature.name] = json.loads(ir.StringAttr(func.attributes[TRAIN_KEY]).value)
+            # Arguments the function never reads: a call need not copy them to the device.
+            body = func.regions[0].blocks
+            never_read = [i for i, arg in enumerate(body[0].arguments) if next(iter(arg.uses), None) is None] \
+                if body else []
+            if never_read:
+                entries[UNUSED_KEY] = ir.StringAttr.get(json.dumps(never_read))
+                unused[signature.name] = never_read
             func.attributes["iree.reflection"] = ir.DictAttr.get(entries)
         if not functions:
             raise CompileError("the module has no public function to compile")
@@ -227,7 +235,7 @@ def _annotate(
         name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else "module"
         # Debug info keeps every location of the original text ("-":line:col).
         text = module.operation.get_asm(enable_debug_info=True)
-    metadata = {**info, "module": name, "functions": functions, "training": training}
+    metadata = {**info, "module": name, "functions": functions, "training": training, "unused": unused}
     return text, metadata
 
 

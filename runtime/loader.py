@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import logging
 import os
 import re
 import shutil
@@ -91,6 +92,16 @@ class Function:
         types = _element_types()
         self._inputs = [(_numpy_dtype(t.dtype), None if None in t.shape else tuple(t.shape), *types[t.dtype])
                         for t in signature.inputs]
+        # Arguments the function never reads (the compiler's "unused" metadata) get one
+        # placeholder buffer of their shape, made once, instead of a copy per call.
+        self._unused = frozenset(module.metadata.get("unused", {}).get(signature.name, ()))
+        self._placeholders: dict[int, tuple[tuple[int, ...], Any]] = {}
+        import iree.runtime as rt
+
+        hal = module._device.hal_device
+        self._copy_to_device = functools.partial(
+            hal.allocator.allocate_buffer_copy, memory_type=rt.MemoryType.DEVICE_LOCAL,
+            allowed_usage=rt.BufferUsage.DEFAULT, device=hal)
 
     @property
     def name(self) -> str:
@@ -116,30 +127,35 @@ class Function:
         sig = self.signature
         if len(args) != len(sig.inputs):
             raise TypeError(f"{sig.name} expects {len(sig.inputs)} arguments, got {len(args)}")
-        views = self._invoke([self._upload(i, arg) for i, arg in enumerate(args)])
+        unused = self._unused
+        views = self._invoke([self._placeholder(i, arg) if i in unused else self._upload(i, arg)
+                              for i, arg in enumerate(args)])
         return [self._download(view, t) for view, t in zip(views, sig.outputs)]
+
+    def _checked(self, index: int, arg: Any) -> np.ndarray:
+        dtype, shape, _, _ = self._inputs[index]
+        if type(arg) is np.ndarray and arg.dtype == dtype and arg.shape == shape \
+                and not self._module._portable_vulkan:
+            return arg  # the common case, already right: nothing to convert or check
+        return self._check(index, arg, self.signature.inputs[index])
 
     def _upload(self, index: int, arg: Any) -> Any:
         """Argument ``index`` checked and copied into a device buffer view."""
-        import iree.runtime as rt
-
-        dtype, shape, storage, element_type = self._inputs[index]
-        if type(arg) is np.ndarray and arg.dtype == dtype and arg.shape == shape \
-                and not self._module._portable_vulkan:
-            array = arg  # the common case, already right: nothing to convert or check
-        else:
-            array = self._check(index, arg, self.signature.inputs[index])
-        hal = self._module._device.hal_device
+        array = self._checked(index, arg)
+        _, _, storage, element_type = self._inputs[index]
         if array.dtype != storage or not array.flags.c_contiguous:
             # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
             array = np.asarray(array, order="C").view(storage)
-        return hal.allocator.allocate_buffer_copy(
-            memory_type=rt.MemoryType.DEVICE_LOCAL,
-            allowed_usage=rt.BufferUsage.DEFAULT,
-            device=hal,
-            buffer=array,
-            element_type=element_type,
-        )
+        return self._copy_to_device(buffer=array, element_type=element_type)
+
+    def _placeholder(self, index: int, arg: Any) -> Any:
+        """Argument ``index``, which the function never reads: checked, and stood in for by
+        a device buffer of its shape kept from an earlier call."""
+        shape = self._checked(index, arg).shape
+        kept = self._placeholders.get(index)
+        if kept is None or kept[0] != shape:
+            kept = self._placeholders[index] = (shape, self._upload(index, np.zeros(shape, self._inputs[index][2])))
+        return kept[1]
 
     def _invoke(self, views: list[Any]) -> list[Any]:
         """Runs the function on device buffer views; its results as device buffer views."""
@@ -148,9 +164,11 @@ class Function:
         arg_list = rt.VmVariantList(len(views))
         for view in views:
             arg_list.push_ref(view)
-        ret_list = rt.VmVariantList(len(self.signature.outputs))
+        n = len(self.signature.outputs)
+        ret_list = rt.VmVariantList(n)
         self._module._context.invoke(self._vm_function, arg_list, ret_list)
-        return [ret_list.get_as_object(i, rt.HalBufferView) for i in range(len(self.signature.outputs))]
+        view_type = rt.HalBufferView
+        return [ret_list.get_as_object(i, view_type) for i in range(n)]
 
     def _download(self, view: Any, t: TensorType) -> np.ndarray:
         if self._module._host_memory and t.dtype in _PLAIN_DTYPES and view.byte_length:
@@ -334,6 +352,9 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
     target = metadata.get("target")
     known = compiled_in_drivers()
     driver = device or default_driver(metadata, known)
+    if device is None:
+        log.info("loading %s on %s, the default for a %s artifact of work %s", path or "an artifact", driver,
+                 target or "target-less", metadata.get("work"))
     if not isinstance(driver, str) or driver.split("://")[0] not in known:
         raise DeviceError(f"unknown device {driver!r}; drivers: {', '.join(known)}")
     if target and device is not None:
@@ -390,6 +411,8 @@ def _incompatible(metadata: dict[str, Any], message: str) -> str | None:
     return (f"this artifact was {built} with CPU features this machine lacks"
             + (f" (cpu {cpu})" if cpu else "") + ": recompile it here, or with --cpu generic for any " + arch)
 
+
+log = logging.getLogger(__name__)
 
 # Work (``compiler.estimate_work``: elements produced, plus multiply-adds / 32) up to which a
 # CPU artifact runs on local-sync: on the calling thread, without local-task's worker wake-ups

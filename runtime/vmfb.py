@@ -29,6 +29,7 @@ SCHEMA = 1
 SIGNATURE_KEY = "irgrad.signature"
 ARTIFACT_KEY = "irgrad.artifact"
 TRAIN_KEY = "irgrad.train"  # a training step's state layout (passes.train), on its function
+UNUSED_KEY = "irgrad.unused"  # the arguments a function never reads (a call passes a placeholder)
 SIDECAR_SUFFIX = ".json"
 
 # Executable format name -> compile target, for artifacts without metadata.
@@ -158,6 +159,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
     module = module if module is not None else vm_module(data)
     functions: dict[str, Any] = {}
     training: dict[str, Any] = {}
+    unused: dict[str, list[int]] = {}
     embedded: dict[str, Any] | None = None
     for fn in exported_functions(module):
         reflection = fn.reflection
@@ -173,6 +175,8 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
             embedded = json.loads(reflection[ARTIFACT_KEY])
         if TRAIN_KEY in reflection:
             training[fn.name] = json.loads(reflection[TRAIN_KEY])
+        if UNUSED_KEY in reflection:
+            unused[fn.name] = json.loads(reflection[UNUSED_KEY])
     info = embedded or sidecar or {}
     return {
         "schema": info.get("schema", SCHEMA),
@@ -185,6 +189,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
         "work": info.get("work"),
         "functions": functions,
         "training": training,
+        "unused": unused,
     }
 
 

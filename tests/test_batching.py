@@ -16,7 +16,7 @@ import pytest
 import irgrad as ig
 from irgrad import passes
 from irgrad.passes import batching
-from irgrad.passes.mlir import parse_module
+from irgrad.passes.mlir import ir, parse_module
 
 from foreign import Fixtures, numbered
 
@@ -110,17 +110,42 @@ def test_while_whose_trip_count_differs_per_element_runs_to_the_longest_with_mas
         np.testing.assert_allclose(got_s[k], s, rtol=1e-6)
 
 
+def _dots(text: str) -> list[list[int]]:
+    """The result shapes of the dot_generals in the first function of ``text``."""
+    module = parse_module(text)
+    return [list(ir.RankedTensorType(op.result.type).shape)
+            for op in module.body.operations[0].regions[0].blocks[0].operations
+            if op.operation.name == "stablehlo.dot_general"]
+
+
 def test_identity_seeded_rows_skip_the_product():
     """A backward dot that contracts the identity rows is the other operand relabelled: the
-    quadratic form's Hessian needs no matrix product beyond the forward's ``a @ x``."""
+    quadratic form's Hessian needs no matrix product at all (not even the forward's ``a @ x``,
+    which it does not use)."""
     text = ig.function(lambda x, a: ig.hessians(
         0.5 * ig.reduce_sum(x * ig.reshape(a @ ig.reshape(x, [5, 1]), [5])), x)[0]).lower(
         ig.TensorSpec([5]), ig.TensorSpec([5, 5])).mlir
     assert "stablehlo.while" not in text
-    module = parse_module(text)
-    dots = [op for op in module.body.operations[0].regions[0].blocks[0].operations
-            if op.operation.name == "stablehlo.dot_general"]
-    assert len(dots) == 1
+    assert _dots(text) == []
+
+
+def test_diagonally_scaled_seed_rows_skip_the_product():
+    """Rows of the identity scaled by a vector (``diag(1 - tanh²)`` of a Hessian through tanh)
+    contracted with a matrix are that matrix scaled: only matrix-vector products remain, no
+    n×n×n product, and the Hessian is exact."""
+    def f(x, a):
+        t = ig.tanh(x)
+        return ig.hessians(ig.reduce_sum(t * ig.matmul(a, t[:, None])[:, 0]), x)[0]
+
+    n = 6
+    text = ig.function(f).lower(ig.TensorSpec([n]), ig.TensorSpec([n, n])).mlir
+    assert _dots(text) and all(1 in s for s in _dots(text))
+    rng = np.random.default_rng(3)
+    x, a = rng.standard_normal(n).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+    t, s = np.tanh(x.astype(np.float64)), a.astype(np.float64) + a.T
+    j = 1 - t * t
+    want = j[:, None] * s * j[None, :] + np.diag(-2 * t * j * (s @ t))
+    np.testing.assert_allclose(ig.compile(text).load()["f"](x, a), want, rtol=1e-5, atol=1e-5)
 
 
 # ----- the frontend -------------------------------------------------------------------

@@ -718,3 +718,28 @@ func.func @mm(%a: tensor<512x512xf32>) -> tensor<512x512xf32> {
     assert rt.loader.default_driver({"target": "llvm-cpu", "work": None}) == "local-task"
     assert rt.loader.default_driver({"target": "vmvx", "work": 1.0}) == "local-task"
     assert rt.load(small.vmfb, device="local-task").device == "local-task"  # an explicit choice stands
+
+
+def test_an_argument_the_function_never_reads_is_checked_but_not_copied(tmp_path):
+    """The compiler records arguments with no use; a call checks them like any other and
+    passes one placeholder buffer of their shape instead of copying them each time."""
+    artifact = rt.compile("""
+func.func @f(%x: tensor<3xf32>, %unused: tensor<4x4xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
+  %r = stablehlo.add %x, %y : tensor<3xf32>
+  return %r : tensor<3xf32>
+}""")
+    assert artifact.metadata["unused"] == {"f": [1]}
+    path = tmp_path / "f.vmfb"
+    artifact.save(path)
+    for module in (rt.load(artifact.vmfb), rt.load(path)):
+        assert module.metadata["unused"] == {"f": [1]}
+        f = module["f"]
+        x, y = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+        np.testing.assert_array_equal(f(x, np.full((4, 4), 7, np.float32), y), x + 1)
+        kept = f._placeholders[1][1]
+        np.testing.assert_array_equal(f(x, np.zeros((4, 4), np.float32), 2 * y), x + 2)
+        assert f._placeholders[1][1] is kept
+        with pytest.raises(ValueError, match="argument 1: expected shape 4x4"):
+            f(x, np.zeros((4, 5), np.float32), y)
+        with pytest.raises(TypeError, match="argument 1: expected dtype f32"):
+            f(x, np.zeros((4, 4), np.int32), y)
