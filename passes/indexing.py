@@ -17,12 +17,14 @@ Conventions:
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import hlo
 from .control_flow import inline_region
 from .backprop import backprop_local
-from .batching import ELEMENTWISE, attributes
+from .batching import ELEMENTWISE, attributes, remake
 from .hlo import GATHER_FIELDS, SCATTER_FIELDS, broadcast_in_dim, compare, select
 from .mlir import dtype_name, elem, ir, is_float, shape, tensor_type
 from .forward import by_transposition, linear
@@ -187,7 +189,7 @@ def _lift(op: ir.Operation, args: list[ir.Value]) -> dict[ir.Value, ir.Value]:
     return env
 
 
-class _Scatter:
+class _Geometry:
     """A one-operand scatter's geometry: its update windows as a gather, and which of them
     stay inside the operand (the others are dropped)."""
 
@@ -195,16 +197,21 @@ class _Scatter:
         self.op = op
         self.x, self.indices, self.updates = op.operands
         self.d = d = _dimension_numbers(op, "scatter_dimension_numbers", SCATTER_FIELDS)
-        x, indices, updates = self.x, self.indices, self.updates
+        x, updates = self.x, self.updates
         window = iter([shape(updates)[i] for i in d["update_window_dims"]])
         skip = set(d["inserted_window_dims"]) | set(d["input_batching_dims"])
         self.sizes = [1 if i in skip else next(window) for i in range(len(shape(x)))]
+        self.scatter_dims = [i for i in range(len(shape(updates))) if i not in d["update_window_dims"]]
+
+    @functools.cached_property
+    def ok(self) -> ir.Value:
+        """i1, updates-shaped: whether the element's window stays inside the operand."""
+        x, indices, d = self.x, self.indices, self.d
         ivd, starts = d["index_vector_dim"], d["scatter_dims_to_operand_dims"]
         ok = hlo.binary("stablehlo.and", compare(indices, hlo.zeros(indices.type), "GE"),
                         compare(indices, _per_index(indices, ivd, _last_starts(x, self.sizes, starts)), "LE"))
         ok = hlo.reduce(ok, [ivd] if ivd < len(shape(indices)) else [], "and")
-        self.scatter_dims = [i for i in range(len(shape(updates))) if i not in d["update_window_dims"]]
-        self.ok = broadcast_in_dim(ok, shape(updates), self.scatter_dims)
+        return broadcast_in_dim(ok, shape(self.updates), self.scatter_dims)
 
     def gather(self, v: ir.Value) -> ir.Value:
         """``v`` (operand-shaped) read at every update's position (updates-shaped)."""
@@ -267,7 +274,7 @@ def _scatter(op, cts):
         raise missing(op, " with several operands (a variadic scatter)")
     (ct,) = cts
     form, t = _scatter_form(op)
-    s = _Scatter(op)
+    s = _Geometry(op)
     x, updates = s.x, s.updates
     if form == "general" and not s.unique():
         raise missing(op, " with this update computation: several updates may hit one position, and then "
@@ -296,7 +303,7 @@ def _scatter(op, cts):
     return _scatter_product(s, factor, ct)
 
 
-def _scatter_extremum(s: _Scatter, y: ir.Value, g: ir.Value, ct: ir.Value):
+def _scatter_extremum(s: _Geometry, y: ir.Value, g: ir.Value, ct: ir.Value):
     """y = max(x, max T(u)): ct split equally among x and the T(u) equal to y"""
     x, updates = s.x, s.updates
     one, zero = hlo.ones(x.type), hlo.zeros(x.type)
@@ -308,7 +315,7 @@ def _scatter_extremum(s: _Scatter, y: ir.Value, g: ir.Value, ct: ir.Value):
     return hlo.multiply(share, hit_x), None, _pull(g, hlo.multiply(s.gather(share), hit_u), s.updates)
 
 
-def _scatter_product(s: _Scatter, f: ir.Value, ct: ir.Value):
+def _scatter_product(s: _Geometry, f: ir.Value, ct: ir.Value):
     """y = x * prod F(u): d x = ct * prod F; d u_j = ct x prod_{i != j} F(u_i) F'(u_j), the
     product of the others exact where some F(u_i) are zero (counted apart)"""
     x, updates = s.x, s.updates
@@ -323,6 +330,64 @@ def _scatter_product(s: _Scatter, f: ir.Value, ct: ir.Value):
     others = select(none_zero, hlo.divide(product_nonzero, nonzero), select(only_this, product_nonzero, zeros_u))
     w = s.kept(hlo.multiply(s.gather(hlo.multiply(ct, x)), others))
     return hlo.multiply(ct, product), None, _pull(f, w, updates)
+
+
+def iree_rejects_scatter(op: ir.Operation) -> bool:
+    """Whether IREE 3.13 fails to lower this one-operand, static scatter ("'iree_linalg_ext.scatter'
+    op shape of update value dim#2 must match original value at dim#1", "expected indices to be
+    equal to batch rank or batch rank + 1", "mismatch in shape of indices and update value"):
+    measured, it takes an indexed dimension only as an inserted one or with a window of size 1,
+    and any other dimension only as an input batching dimension or with a full window."""
+    if op.name != "stablehlo.scatter" or len(op.operands) != 3 or not all(hlo.is_static(v) for v in op.operands):
+        return False
+    s = _Geometry(op)
+    indexed, d = set(s.d["scatter_dims_to_operand_dims"]), s.d
+    for k, n in enumerate(shape(s.x)):
+        if k in d["input_batching_dims"]:
+            continue
+        if k in indexed:
+            if k not in d["inserted_window_dims"] and s.sizes[k] != 1:
+                return True
+        elif k in d["inserted_window_dims"] or s.sizes[k] != n:
+            return True
+    return False
+
+
+def scatter_by_elements(op: ir.Operation) -> ir.Value:
+    """The same scatter (same update computation) as one of single elements into the operand
+    flattened: element e of the updates goes to its operand position's linear index, the
+    elements of a window that would leave the operand to a spare slot past the end (cut off
+    after). Colliding elements keep their relative order (row-major over the updates), so a
+    replace keeps the same winner. The form IREE 3.13 compiles (``iree_rejects_scatter``)."""
+    s = _Geometry(op)
+    x, indices, updates, d = s.x, s.indices, s.updates, s.d
+    out, rank = shape(updates), len(shape(x))
+    n = _size(x)
+    it = ir.IntegerType.get_signless(64 if n + 1 >= 2 ** 31 else 32)
+    starts = hlo.convert(indices, it)
+    ivd = d["index_vector_dim"]
+    index_dims = [i for i in range(len(shape(indices))) if i != ivd]
+    window_of = dict(zip([k for k in range(rank) if k not in d["inserted_window_dims"] + d["input_batching_dims"]],
+                         d["update_window_dims"]))
+    linear, stride = hlo.zeros(tensor_type(out, it)), 1
+    for k in reversed(range(rank)):
+        coord = hlo.iota(out, it, window_of[k]) if k in window_of else hlo.zeros(tensor_type(out, it))
+        if k in d["scatter_dims_to_operand_dims"]:
+            column = _index_column(starts, ivd, d["scatter_dims_to_operand_dims"].index(k))
+            coord = hlo.add(coord, broadcast_in_dim(column, out, s.scatter_dims))
+        elif k in d["input_batching_dims"]:
+            e = d["scatter_indices_batching_dims"][d["input_batching_dims"].index(k)]
+            coord = hlo.iota(out, it, s.scatter_dims[index_dims.index(e)])
+        linear = hlo.add(linear, hlo.multiply(coord, hlo.splat(stride, coord.type)))
+        stride *= shape(x)[k]
+    linear = select(s.ok, linear, hlo.splat(n, linear.type))
+    size = _size(updates)
+    element = tensor_type([], elem(x))
+    flat_x = hlo.concatenate([hlo.reshape(x, [n]), hlo.reshape(hlo.zeros(element), [1])], 0)
+    dims = {"inserted_window_dims": [0], "scatter_dims_to_operand_dims": [0], "index_vector_dim": 1}
+    new = remake(op, [flat_x, hlo.reshape(linear, [size, 1]), hlo.reshape(updates, [size])], [flat_x.type],
+                 {"scatter_dimension_numbers": hlo.struct_attr("scatter", dims, SCATTER_FIELDS)})
+    return hlo.reshape(hlo.slice(new.results[0], [0], [n], [1]), shape(x))
 
 
 # ----- dynamic slices ------------------------------------------------------------------

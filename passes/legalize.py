@@ -23,6 +23,10 @@
   legalize operation 'stablehlo.dynamic_update_slice'"). It becomes the ``scatter`` that
   writes the same window, its starts clamped as ``dynamic_update_slice`` clamps them.
 
+* ``stablehlo.scatter`` with a window IREE 3.13 cannot lower (partial along a dimension that
+  is not indexed, or wider than 1 along an indexed one: "'iree_linalg_ext.scatter' op shape of
+  update value dim#2 must match original value at dim#1"): the same scatter of single
+  elements into the operand flattened (``indexing.scatter_by_elements``).
 * ``stablehlo.einsum`` / ``unary_einsum`` (IREE 3.13 refuses the latter): diagonals, sums,
   a ``dot_general`` and a transpose (``einsum.py``).
 
@@ -51,14 +55,18 @@ from ..boundary import respell_foreign
 from . import choices, hlo
 from .convolution import lower_convolution
 from .einsum import EINSUMS, lower_einsum
+from .indexing import iree_rejects_scatter, scatter_by_elements
 from .linalg import lower_cholesky, lower_triangular_solve
+from .spectral import lower_complex_pad, lower_fft
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
 from .mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
 
 
 # IREE 3.13 refuses these on llvm-cpu ("failed to legalize operation ... explicitly marked illegal"):
-# loops over columns / rows instead (linalg.py).
-LINALG = {"stablehlo.cholesky": lower_cholesky, "stablehlo.triangular_solve": lower_triangular_solve}
+# loops over columns / rows instead (linalg.py), DFT products for the FFTs it does not take (spectral.py);
+# and a complex pad, which crashes it, as the complex of two real pads.
+LOWERED = {"stablehlo.cholesky": lower_cholesky, "stablehlo.triangular_solve": lower_triangular_solve,
+           "stablehlo.fft": lower_fft, "stablehlo.pad": lower_complex_pad}
 
 
 def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
@@ -71,7 +79,8 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
                         or is_large_sum(inner) \
                         or inner.name == "stablehlo.dot_general" and (_wider(inner) or contraction_chunks(inner)) \
                         or inner.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(inner.operands[0]) \
-                        or _host_int_to_f64(inner) or inner.name in LINALG or inner.name in EINSUMS:
+                        or _host_int_to_f64(inner) or inner.name in LOWERED or inner.name in EINSUMS \
+                        or iree_rejects_scatter(inner):
                     out.append(inner)
                 if len(inner.regions):
                     _candidates(inner, out)
@@ -204,10 +213,12 @@ def legalize_for_iree(module: ir.Module) -> int:
                 replacement = _update_by_scatter(op)
             elif op.name == "stablehlo.convert":
                 replacement = _int_to_f64_through_f32(op.operands[0])
-            elif op.name in LINALG:
-                replacement = LINALG[op.name](op)
+            elif op.name in LOWERED:
+                replacement = LOWERED[op.name](op)
             elif op.name in EINSUMS:
                 replacement = lower_einsum(op)
+            elif op.name == "stablehlo.scatter":
+                replacement = scatter_by_elements(op)
             else:
                 replacement = lower_convolution(op)
         if replacement is not None:
@@ -222,7 +233,7 @@ def legalize_text(text: str) -> str:
     text = respell_foreign(text)
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
                                          "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
-                                         "stablehlo.convert", *LINALG, *EINSUMS)):
+                                         "stablehlo.convert", "stablehlo.scatter", *LOWERED, *EINSUMS)):
         return text
     module = parse_module(text)
     if not legalize_for_iree(module):

@@ -13,6 +13,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
+from irgrad.passes.legalize import legalize_text
 from irgrad.passes.registry import MissingAdjointError
 
 from gradcheck import check_module
@@ -193,3 +194,76 @@ def test_batched(region):
 def test_second_order_multiply():
     text = scatter_module((6, 3), DUPLICATES, (5, 3), ROWS, "multiply")
     check_module(passes.differentiate(text), _args(DUPLICATES), func="f_grad")
+
+
+# ----- layouts IREE 3.13 cannot compile (issue 34, item 6) ----------------------------------
+
+def _reference(region, operand, indices, updates, dims):
+    """numpy: the scatter applied update window by update window, in order (windows that
+    would leave the operand dropped)."""
+    combine = {"add": np.add, "multiply": np.multiply, "replace": lambda a, b: np.tanh(np.abs(b) * b)}[region]
+    fields = {k.strip(): v.strip() for k, v in (f.split("=") for f in dims.replace("], ", "];").split(";"))}
+    read = lambda k: [int(c) for c in fields.get(k, "[]").strip("[]").split(",") if c.strip()]  # noqa: E731
+    uwd, iwd, sd, ivd = read("update_window_dims"), read("inserted_window_dims"), \
+        read("scatter_dims_to_operand_dims"), int(fields["index_vector_dim"])
+    y = operand.copy()
+    scatter_dims = [i for i in range(updates.ndim) if i not in uwd]
+    idx = indices if ivd < indices.ndim else indices[..., None]
+    idx = np.moveaxis(idx, ivd, -1)
+    window = [n for i, n in enumerate(updates.shape) if i in uwd]
+    sizes, it = [], iter(window)
+    for k in range(operand.ndim):
+        sizes.append(1 if k in iwd else next(it))
+    for pos in np.ndindex(*[updates.shape[i] for i in scatter_dims]):
+        start = [0] * operand.ndim
+        for j, k in enumerate(sd):
+            start[k] = int(idx[pos][j])
+        if any(s < 0 or s + z > n for s, z, n in zip(start, sizes, operand.shape)):
+            continue
+        for off in np.ndindex(*window):
+            full, w = [], iter(off)
+            for k in range(operand.ndim):
+                full.append(start[k] + (0 if k in iwd else next(w)))
+            u_index, p, w = [], iter(pos), iter(off)
+            for i in range(updates.ndim):
+                u_index.append(next(p) if i in scatter_dims else next(w))
+            y[tuple(full)] = combine(y[tuple(full)], updates[tuple(u_index)])
+    return y
+
+
+REJECTED_LAYOUTS = {
+    # the issue's message: "shape of update value dim#2 must match original value at dim#1"
+    "partial_leading_window": ((3, 6), [[4], [1], [4], [0]], (4, 2),
+                               "update_window_dims = [1], inserted_window_dims = [1], "
+                               "scatter_dims_to_operand_dims = [1], index_vector_dim = 1"),
+    "partial_trailing_window": ((6, 3), [[4], [1], [4], [2]], (4, 2),
+                                "update_window_dims = [1], inserted_window_dims = [0], "
+                                "scatter_dims_to_operand_dims = [0], index_vector_dim = 1"),
+    "wide_indexed_window": ((6, 3), [[4], [1], [3], [5]], (4, 2, 3),
+                            "update_window_dims = [1, 2], scatter_dims_to_operand_dims = [0], index_vector_dim = 1"),
+    "inserted_middle_partial": ((3, 6, 4), [[1], [5], [1]], (3, 3, 2),
+                                "update_window_dims = [1, 2], inserted_window_dims = [1], "
+                                "scatter_dims_to_operand_dims = [1], index_vector_dim = 1"),
+    "window_first_two_indices": ((5, 4), [[1, 0], [3, 2], [1, 0]], (2, 3),
+                                 "update_window_dims = [0], inserted_window_dims = [0], "
+                                 "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1"),
+}
+
+
+@pytest.mark.parametrize("region", ["add", "multiply", "replace"])
+@pytest.mark.parametrize("name", sorted(REJECTED_LAYOUTS))
+def test_layouts_iree_rejects_compile_and_differentiate(name, region):
+    operand, indices, updates, dims = REJECTED_LAYOUTS[name]
+    indices = np.array(indices, np.int32)
+    text = scatter_module(operand, indices, updates, dims, region, square=False)
+    assert legalize_text(text) != text  # rewritten for IREE
+    a, u = normal(*operand), normal(*updates, seed=1)
+    got = ig.compile(text).load()["f"](a, indices, u)
+    np.testing.assert_allclose(got, _reference(region, a, indices, u, dims), rtol=1e-12)
+    if region != "replace" or name == "partial_trailing_window":
+        check_module(scatter_module(operand, indices, updates, dims, region), [a, indices, u], what=name)
+
+
+def test_layouts_iree_compiles_are_left_alone():
+    text = scatter_module((6, 3), DUPLICATES, (5, 3), ROWS, "add")
+    assert legalize_text(text) == text
