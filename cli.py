@@ -9,6 +9,8 @@
     irgrad inspect ART.vmfb [--json]
     irgrad profile SRC [--function F] [--grad] [--wrt ..] [--top N]
     irgrad targets
+    irgrad cache info | clear
+    irgrad [--verbose] [--debug] CMD ...
 
 This module parses arguments, calls irgrad's library (``irgrad.tools``,
 ``irgrad.values``, ``irgrad.runtime``) and prints. Every error
@@ -18,80 +20,33 @@ file), 1 for anything that fails while running. ``irgrad --debug CMD`` shows
 the Python traceback instead.
 """
 import json
-import sys
 import time
 from pathlib import Path
 
 import typer
-from typer.core import TyperGroup
 
 import irgrad
 from irgrad import runtime
 from irgrad.runtime.vmfb import read_sidecar, signatures_from_metadata
 from irgrad.runtime.profile import profile_dispatches
-from irgrad.tools import (FAILURE, SOURCE, USAGE, CLIError, adjoints, argument_lines, compile_blaming,
-                          describe_artifact, describe_targets, load_source, located, one_line, pick_function,
-                          progress, read_mlir, signature_lines, with_file_locations, write_text)
+from irgrad.console import ErrorLines, State, cache_app, log_to_stderr, progress
+from irgrad.tools import (USAGE, CLIError, adjoints, argument_lines, compile_blaming, describe_artifact,
+                          describe_targets, load_source, pick_function, read_mlir, signature_lines,
+                          with_file_locations, write_text)
 from irgrad.tools import parse_wrt  # noqa: F401  (re-exported: benchmarks/profile.py imports it from here)
 from irgrad.viz import function_graph, module_graph, render
 from irgrad.values import arguments_from_npz, parse_input, parse_output, report_results
 
 
-class _State:
-    debug = False  # set by the --debug global option for this invocation
-
-
-# Some MLIR diagnostics carry a dump of the whole operation; one line stays readable.
-MAX_MESSAGE = 800
-
-
-def _fail(message: str, code: int) -> int:
-    if len(message) > MAX_MESSAGE:
-        message = message[:MAX_MESSAGE] + "... (cut; 'irgrad --debug' shows all of it)"
-    sys.stderr.write(f"irgrad: error: {located(message)}\n")
-    sys.stderr.flush()
-    return code
-
-
-class _Group(TyperGroup):
-    """Runs the command and turns every error into one ``irgrad: error:`` line."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        _State.debug = False
-        SOURCE.set(None)
-        try:
-            result = super().main(args, prog_name or "irgrad", complete_var, standalone_mode=False, **extra)
-            code = result if isinstance(result, int) else 0
-        except typer.Abort:
-            code = _fail("aborted", FAILURE)
-        except CLIError as error:
-            if _State.debug and error.exit_code != USAGE:
-                raise
-            code = _fail(str(error), error.exit_code)
-        except Exception as error:
-            # click's usage errors carry their exit status and a message (duck typing:
-            # typer vendors click in new releases, so its classes differ by version).
-            if hasattr(error, "exit_code") and hasattr(error, "format_message"):
-                ctx = getattr(error, "ctx", None)
-                hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-                code = _fail(" ".join(error.format_message().split()) + hint, error.exit_code)
-            elif _State.debug:
-                raise
-            else:
-                code = _fail(one_line(error), FAILURE)
-        if not standalone_mode:
-            return code
-        sys.exit(code)
-
-
 app = typer.Typer(
-    cls=_Group,
+    cls=ErrorLines,
     name="irgrad",
     help="Differentiate StableHLO, compile it with IREE and run the artifacts.",
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+app.add_typer(cache_app)  # irgrad cache info | clear (irgrad/console.py)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,8 +59,12 @@ def _global(
     ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Show Python tracebacks instead of one-line errors."),
     version: bool = typer.Option(False, "--version", help="Print the irgrad and IREE versions and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what irgrad does on stderr: compiles, "
+                                 "cache hits, IREE workarounds, the device chosen."),
 ) -> None:
-    _State.debug = debug
+    State.debug = debug
+    if verbose:
+        log_to_stderr()
     if version:
         typer.echo(f"irgrad {irgrad.__version__} (IREE compiler {runtime.compiler_version()}, "
                    f"runtime {runtime.runtime_version()})")

@@ -14,12 +14,17 @@ alone (``ig.load``, ``Module``, the errors): a device that only runs artifacts n
 from __future__ import annotations
 
 import importlib.util
+import logging
 from typing import TYPE_CHECKING
 
 from .version import __version__
 from . import runtime
 from .runtime import (Artifact as Artifact, ArtifactError as ArtifactError, CompileError as CompileError,
                       DeviceError as DeviceError, Module as Module, load as load)
+
+# The library logs under the "irgrad" logger (irgrad.runtime.compiler, ...); quiet unless the
+# application configures logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 newaxis = None
 # Submodules that run without the compiler (they import only irgrad.runtime and their own extras).

@@ -17,12 +17,9 @@ import importlib.util
 import json
 import re
 import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from . import passes, runtime
 from .boundary import IRError, module_text
@@ -34,7 +31,7 @@ from .runtime.options import TARGET_FLAGS
 __all__ = [
     "USAGE", "FAILURE", "CLIError", "one_line", "parse_wrt", "import_model", "model_function",
     "load_source", "read_mlir", "located", "with_file_locations", "write_text", "adjoints", "argument_lines",
-    "compile_blaming", "pick_function", "progress", "signature_lines", "describe_artifact", "describe_targets",
+    "compile_blaming", "pick_function", "signature_lines", "describe_artifact", "describe_targets",
 ]
 
 USAGE = 2  # click's exit status for a bad command line
@@ -298,42 +295,6 @@ def pick_function(names: Sequence[str], function: str | None, artifact: object) 
 
 
 # ----- output ---------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def progress(message: str, stream: Any = None, delay: float = 1.0) -> Iterator[None]:
-    """Shows ``message`` and the elapsed time on ``stream`` (stderr) while a step runs.
-
-    Only on a terminal, and only once the step has taken ``delay`` seconds:
-    piped output stays clean.
-    """
-    stream = stream or sys.stderr
-    if not (hasattr(stream, "isatty") and stream.isatty()):
-        yield
-        return
-    done = threading.Event()
-    start = time.perf_counter()
-    shown = []
-
-    def tick() -> None:
-        if done.wait(delay):  # quick steps show nothing
-            return
-        while not done.is_set():
-            stream.write(f"\r{message} ({time.perf_counter() - start:.0f} s)")
-            stream.flush()
-            shown.append(True)
-            done.wait(min(delay, 1.0))
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-        if shown:
-            stream.write("\r\033[K")
-            stream.flush()
-
 
 def signature_lines(functions: dict) -> list[str]:
     """One indented line per function signature (``  f(2x3xf32) -> (f32)``), in order."""

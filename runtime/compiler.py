@@ -4,8 +4,13 @@ Cache key: sha256 of (IR text, the iree-compile flags, compiler version,
 producer). The disk cache lives in ``$IRGRAD_CACHE_DIR`` (default
 ``~/.cache/irgrad``) under one folder per compiler version; each entry is a
 single self-describing .vmfb written atomically, so processes compiling the
-same module at once never see a partial file. Nothing is ever evicted: delete
-the folder to reclaim space.
+same module at once never see a partial file. The entries are capped at
+``$IRGRAD_CACHE_SIZE`` (default 2 GiB), least recently used evicted first
+(``cache.py``; ``irgrad cache info`` / ``clear``).
+
+Logs (``logging``, quiet unless configured) under ``irgrad.runtime.compiler``: each compile
+with its target and time (INFO), cache hits and misses (DEBUG), the IREE workarounds applied
+(INFO).
 """
 
 from __future__ import annotations
@@ -15,26 +20,31 @@ import copy
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from . import cache as _disk
 from .artifact import Artifact, atomic_write
 from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, UNUSED_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target, format_bytes
-from ..boundary import module_text, parse, save_failed_ir
+from ..boundary import module_text, parse, respell_foreign, save_failed_ir
 from .signature import public_functions, signature_of
 
 __all__ = [
     "compile", "compile_flags", "for_iree", "compiler_version", "cache_dir", "cache_stats", "clear_memory_cache",
     "needs_system_link", "estimate_work",
 ]
+
+log = logging.getLogger(__name__)
 
 _MEMORY_CACHE_SIZE = 64
 _CACHE_FORMAT = 4  # 2: entries are sealed (vmfb.seal); 3: metadata has "work" (the default device); 4: "unused"
@@ -56,8 +66,7 @@ def compiler_version() -> str:
 
 def cache_dir() -> Path:
     """The on-disk cache folder for this compiler version."""
-    root = os.environ.get("IRGRAD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "irgrad")
-    return Path(root) / f"iree-{compiler_version()}"
+    return _disk.cache_root() / f"iree-{compiler_version()}"
 
 
 def cache_stats() -> dict[str, int]:
@@ -91,12 +100,31 @@ def for_iree(mlir_text: str) -> str:
     # is compiled, so loading artifacts (a runtime-only install) never needs the compiler.
     from ..passes.legalize import legalize_text
 
-    return legalize_text(mlir_text)
+    legal = legalize_text(mlir_text)
+    if legal != mlir_text and log.isEnabledFor(logging.INFO) and legal != respell_foreign(mlir_text):
+        ops = collections.Counter(name for name in _OP_NAME.findall(mlir_text) if name in _REWRITTEN)
+        log.info("IREE %s workarounds (irgrad.passes.legalize) rewrote the module (it holds %s)", _release(),
+                 ", ".join(f"{name} x{n}" for name, n in sorted(ops.items())))
+    return legal
+
+
+_OP_NAME = re.compile(r"\b(stablehlo\.[a-z_]+)\b")
+# The ops irgrad.passes.legalize may rewrite (its module docstring says when and why).
+_REWRITTEN = {"stablehlo.power", "stablehlo.convolution", "stablehlo.reduce", "stablehlo.dot_general",
+              "stablehlo.dynamic_update_slice", "stablehlo.convert", "stablehlo.einsum", "stablehlo.unary_einsum",
+              "stablehlo.cholesky", "stablehlo.triangular_solve"}
 
 
 def compile_flags(mlir_text: str, options: CompileOptions) -> list[str]:
     """The iree-compile flags ``compile`` uses for this text and these options."""
-    return options.flags(system_link=needs_system_link(mlir_text, options))
+    system_link = needs_system_link(mlir_text, options)
+    if system_link:
+        log.info("IREE %s workaround: float64 on llvm-cpu is linked as a system library, against the libm "
+                 "its embedded ELF lacks", _release())
+    if options.target is Target.CUDA and options.compiled_cuda_arch != options.cuda_arch:
+        log.info("IREE %s workaround: it knows no CUDA target past sm_89; %s gets %s PTX, compiled for the GPU "
+                 "when loaded", _release(), options.cuda_arch, options.compiled_cuda_arch)
+    return options.flags(system_link=system_link)
 
 
 def compile(
@@ -130,19 +158,28 @@ def compile(
     key = _cache_key(mlir_text, flags, producer)
 
     if cache:
+        _disk.cache_size_limit()  # a malformed $IRGRAD_CACHE_SIZE is an error before compiling, not after
         hit = _memory_cache.get(key)
         if hit is not None:
             _memory_cache.move_to_end(key)
             _stats["memory_hits"] += 1
+            log.debug("memory cache hit %s (%s)", key[:12], options.describe())
             return dataclasses.replace(hit, metadata=copy.deepcopy(hit.metadata), cached="memory")
         artifact = _disk_get(key, options)
         if artifact is not None:
             _stats["disk_hits"] += 1
+            log.debug("disk cache hit %s", cache_dir() / f"{key}.vmfb")
             _remember(key, artifact)
             return artifact
+        log.debug("cache miss %s (%s)", key[:12], options.describe())
 
     text, metadata = _annotate(mlir_text, options, flags, producer)
+    what = ", ".join(f"@{name}" for name in metadata["functions"])
+    log.info("compiling %s for %s", what, options.describe())
+    start = time.perf_counter()
     vmfb = seal(compile_vmfb(text, mlir_text, options, flags, functions=list(metadata["functions"])))
+    log.info("compiled %s for %s in %.2f s (%s bytes)", what, options.describe(), time.perf_counter() - start,
+             f"{len(vmfb):,}")
     _stats["compiles"] += 1
     artifact = Artifact(vmfb=vmfb, target=options.target.value, options=options, metadata=metadata)
     if cache:
@@ -170,14 +207,17 @@ def _disk_get(key: str, options: CompileOptions) -> Artifact | None:
         metadata = read_metadata(vmfb)
     except (OSError, ArtifactError, ValueError):
         return None  # absent, unreadable or damaged: compile again and overwrite
+    _disk.touch(path)  # used: evicted last
     return Artifact(vmfb=vmfb, target=options.target.value, options=options, metadata=metadata, cached="disk")
 
 
 def _disk_put(key: str, vmfb: bytes) -> None:
+    path = cache_dir() / f"{key}.vmfb"
     try:
-        atomic_write(cache_dir() / f"{key}.vmfb", vmfb)
-    except OSError:
-        pass  # a read-only or full cache folder must not fail the compile
+        atomic_write(path, vmfb)
+        _disk.evict(keep=path)
+    except OSError as error:  # a read-only or full cache folder must not fail the compile
+        log.debug("cache entry not written (%s)", error)
 
 
 def _annotate(
