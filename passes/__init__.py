@@ -4,7 +4,7 @@ Works on MLIR alone (it never imports the irgrad frontend), so it serves
 modules from any producer. Importing this package registers every adjoint rule.
 """
 from . import (chlo, contractions, control_flow, convolution, elementwise, indexing, linalg, normalization,  # noqa: F401
-               reductions, regions, shapes, windows)  # (register rules)
+               reductions, regions, shapes, spectral, windows)  # (register rules)
 from . import einsum  # noqa: F401  (register rules)
 from .backprop import AGGREGATIONS, backprop
 from .batching import MissingBatchingRule

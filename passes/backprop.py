@@ -11,6 +11,17 @@ tensors:
   ``tree``: a balanced pairwise sum) when the value is first read;
 * zero cotangents are ``None`` and stay symbolic.
 
+Complex values carry gradients under TensorFlow's convention: for a real loss ``L`` and
+``z = x + iy`` the cotangent of ``z`` is ``∂L/∂x + i ∂L/∂y`` (JAX's ``grad`` returns its
+conjugate, ``∂L/∂x - i ∂L/∂y``: conjugate a JAX gradient to compare). For an op
+holomorphic in its complex operands (``HOLOMORPHIC``: arithmetic, ``exp``, ``log``,
+contractions, and every op linear with real coefficients: reshapes, slices, sums...)
+the cotangent is ``ct · conj(f'(z))``: the real rule (``ct · f'(z)``) run on ``conj(ct)``,
+its results conjugated. Ops that mix real and complex values (``real``, ``imag``,
+``complex``, complex ``abs``, ``fft``...) handle complex values in their own rules and
+are listed in ``COMPLEX_AWARE``; any other op on a complex value is refused with
+:class:`~.registry.MissingAdjointError` rather than given a wrong gradient.
+
 The adjoint ops are inserted at the ambient insertion point.
 """
 from __future__ import annotations
@@ -19,10 +30,66 @@ from collections.abc import Callable, Iterable, Sequence
 
 from . import hlo
 from .mlir import elem, ir, is_float, loc_name, shape, tensor_type
-from .registry import Cotangent, Rule, lookup
+from .registry import Cotangent, Rule, lookup, missing
 
 AGGREGATIONS = ("add_n", "tree")
 RuleFor = Callable[[ir.Operation], Rule | None]
+
+# Ops whose real adjoint rule, conjugated (``_conjugated``), is their complex one, and whose
+# tangent rule (``linear``, ``bilinear``, ``diagonal``) holds for complex values as it is.
+HOLOMORPHIC = {f"stablehlo.{n}" for n in (
+    "add subtract negate multiply divide exponential exponential_minus_one log log_plus_one tanh sine "
+    "cosine tan select reshape transpose slice broadcast_in_dim concatenate pad reverse dynamic_slice "
+    "dynamic_update_slice gather dot_general dot optimization_barrier reduce").split()}
+# Ops whose adjoint and tangent rules read complex element types themselves.
+COMPLEX_AWARE: set[str] = set()
+
+
+def is_complex(v: ir.Value | ir.Type) -> bool:
+    t = v if isinstance(v, ir.Type) else v.type
+    return isinstance(t.maybe_downcast(), ir.RankedTensorType) and hlo.is_complex_type(elem(t))
+
+
+def carries(v: ir.Value) -> bool:
+    """Whether ``v`` carries a gradient: floating-point or complex elements."""
+    return is_float(v) or is_complex(v)
+
+
+def _sums(op: ir.Operation) -> bool:
+    """A ``reduce`` whose body adds (linear, so holomorphic)."""
+    ops = [o.operation.name for o in op.regions[0].blocks[0].operations]
+    return ops == ["stablehlo.add", "stablehlo.return"]
+
+
+def complex_kind(op: ir.Operation) -> str | None:
+    """``None`` for an op on real values only; else ``"aware"``, ``"holomorphic"`` or
+    ``"unsupported"`` (see the module docstring)."""
+    if not any(is_complex(v) for v in [*op.operands, *op.results]):
+        return None
+    if op.name in COMPLEX_AWARE:
+        return "aware"
+    if op.name in HOLOMORPHIC and (op.name != "stablehlo.reduce" or _sums(op)):
+        return "holomorphic"
+    return "unsupported"
+
+
+def complex_rule(op: ir.Operation, rule):
+    """``rule`` as it applies to ``op``'s complex values (``rule`` itself for a real op), or
+    raise when ``op`` has no rule for complex values."""
+    kind = complex_kind(op)
+    if kind is None or kind == "aware":
+        return rule
+    if kind == "holomorphic":
+        return _conjugated(rule)
+    raise missing(op, " on complex values (TensorFlow's convention has rules for complex arithmetic, "
+                      "exp/log, real/imag/complex/abs, fft and linear data movement)")
+
+
+def _conjugated(rule: Rule) -> Rule:
+    def conjugated(op, cts):
+        grads = rule(op, [None if c is None else hlo.conj(c) for c in cts])
+        return [None if g is None else hlo.conj(g) for g in grads]
+    return conjugated
 
 
 def op_inputs(op: ir.Operation) -> list[ir.Value]:
@@ -75,7 +142,7 @@ def active_ops(ys: Sequence[ir.Value], xs: set[ir.Value], stop: set[ir.Operation
         op, expanded = stack.pop()
         if expanded:
             active = op not in stop and (allow is None or allow(op)) and any(
-                is_float(v) and (v in xs or (isinstance(v, ir.OpResult) and state.get(v.owner.operation) is True))
+                carries(v) and (v in xs or (isinstance(v, ir.OpResult) and state.get(v.owner.operation) is True))
                 for v in inputs_of.pop(op))
             state[op] = active
             if active:
@@ -192,7 +259,7 @@ def backprop(ys: Sequence[ir.Value], seeds: Sequence[Cotangent], xs: Sequence[ir
 
     pending: dict[ir.Value, list[ir.Value]] = {}
     for y, seed in zip(ys, seeds):
-        if seed is not None and is_float(y):
+        if seed is not None and carries(y):
             pending.setdefault(y, []).append(seed)
 
     def total(v: ir.Value) -> Cotangent:
@@ -240,6 +307,7 @@ def _walk(order, pending, total, rule_for, gate, name) -> None:
             rule = lookup(op)
             if rule is None:  # nondifferentiable: its inputs get nothing
                 continue
+            rule = complex_rule(op, rule)
         operands = list(op.operands) if op.name not in _CAPTURING else op_inputs(op)
         with _grad_location(op, name):
             grads = list(rule(op, cts))
@@ -254,7 +322,7 @@ def _walk(order, pending, total, rule_for, gate, name) -> None:
                 for i, g in zip(live, gated):
                     grads[i] = g
         for v, g in zip(operands, grads):
-            if g is not None and is_float(v):
+            if g is not None and carries(v):
                 pending.setdefault(v, []).append(g)
 
 
@@ -291,5 +359,6 @@ def _check(op: ir.Operation, operands: Sequence[ir.Value], grads: Sequence[Cotan
                 f"Original input type: {v.type}. Calculated input gradient type: {g.type}")
 
 
-__all__ = ["backprop", "backprop_local", "differentiated", "is_output", "active_ops", "aggregate", "op_inputs",
+__all__ = ["backprop", "backprop_local", "carries", "is_complex", "complex_rule", "complex_kind", "HOLOMORPHIC",
+           "COMPLEX_AWARE", "differentiated", "is_output", "active_ops", "aggregate", "op_inputs",
            "captured_values", "AGGREGATIONS"]

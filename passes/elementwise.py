@@ -12,7 +12,7 @@ import math
 from . import hlo
 from .hlo import add, divide, like, multiply, negate, subtract
 from .mlir import elem, ir, is_float, shape
-from .backprop import differentiated, is_output
+from .backprop import COMPLEX_AWARE, carries, differentiated, is_complex, is_output
 from .invariance import constant_axes, shift_invariant
 from .forward import diagonal, linear, zero_filled
 from .registry import adjoint, nondifferentiable, tangent
@@ -220,9 +220,13 @@ def _erf(op, cts):
 
 @adjoint("stablehlo.abs")
 def _abs(op, cts):
-    """dx = ct * sign(x): ct where x > 0, -ct where x < 0, 0 at 0"""
+    """dx = ct * sign(x): ct where x > 0, -ct where x < 0, 0 at 0; complex x:
+    dz = ct * z / |z| (0 at 0: TensorFlow's ComplexAbs gradient)"""
     (ct,) = cts
     x = op.operands[0]
+    if is_complex(x):
+        unit = _unit_parts(x, op.results[0])
+        return (hlo.complex_(multiply(ct, unit[0]), multiply(ct, unit[1])),)
     zero = like(0, x)
     return (hlo.select(hlo.compare(x, zero, "GT"), ct,
                        hlo.select(hlo.compare(x, zero, "LT"), negate(ct), like(0, ct))),)
@@ -262,11 +266,46 @@ def _clamp(op, cts):
 
 @adjoint("stablehlo.convert")
 def _convert(op, cts):
-    """dx = convert(ct) back to x's element type (none for integer x)"""
+    """dx = convert(ct) back to x's element type (none for integer x); real to complex:
+    dx = real(ct); complex to real (which keeps the real part): dz = complex(ct, 0)"""
     x = op.operands[0]
-    if not is_float(x):
+    (ct,) = cts
+    if is_complex(x) and not is_complex(ct):
+        ct = hlo.complex_(ct, hlo.zeros(ct.type))
+    elif is_complex(ct) and not is_complex(x):
+        ct = hlo.real(ct)
+    if not carries(x):
         return (None,)
-    return (hlo.convert(cts[0], elem(x)),)
+    return (hlo.convert(ct, elem(x)),)
+
+
+# ----- complex parts (TensorFlow's convention: backprop.py) -----
+
+def _unit_parts(z: ir.Value, magnitude: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """real(z) / |z| and imag(z) / |z| (0 where z = 0)."""
+    safe = hlo.select(hlo.compare(magnitude, like(0, magnitude), "EQ"), like(1, magnitude), magnitude)
+    return divide(hlo.real(z), safe), divide(hlo.imag(z), safe)
+
+
+@adjoint("stablehlo.real")
+def _real(op, cts):
+    """dz = complex(ct, 0)"""
+    return (hlo.complex_(cts[0], hlo.zeros(cts[0].type)),)
+
+
+@adjoint("stablehlo.imag")
+def _imag(op, cts):
+    """dz = complex(0, ct)"""
+    return (hlo.complex_(hlo.zeros(cts[0].type), cts[0]),)
+
+
+@adjoint("stablehlo.complex")
+def _complex(op, cts):
+    """dx = real(ct), dy = imag(ct)"""
+    return hlo.real(cts[0]), hlo.imag(cts[0])
+
+
+COMPLEX_AWARE.update(("stablehlo.abs", "stablehlo.convert", "stablehlo.real", "stablehlo.imag", "stablehlo.complex"))
 
 
 nondifferentiable(
@@ -281,12 +320,24 @@ nondifferentiable(
 
 # ----- tangents ----------------------------------------------------------------------
 
-tangent("stablehlo.add", "stablehlo.subtract", "stablehlo.negate", "stablehlo.convert")(linear)
+tangent("stablehlo.add", "stablehlo.subtract", "stablehlo.negate", "stablehlo.convert", "stablehlo.real",
+        "stablehlo.imag", "stablehlo.complex")(linear)
 tangent("stablehlo.multiply", "stablehlo.divide", "stablehlo.power", "stablehlo.maximum", "stablehlo.minimum",
         "stablehlo.remainder", "stablehlo.atan2", "stablehlo.exponential", "stablehlo.exponential_minus_one",
         "stablehlo.log", "stablehlo.log_plus_one", "stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.cbrt",
         "stablehlo.tanh", "stablehlo.logistic", "stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "chlo.erf",
-        "stablehlo.abs", "stablehlo.sign", "stablehlo.select")(diagonal)
+        "stablehlo.sign", "stablehlo.select")(diagonal)
+
+
+@tangent("stablehlo.abs")
+def _abs_tangent(op, ts):
+    """t = sign(x) t x; complex z: t = real(conj(z) t z) / |z| (0 at 0)"""
+    z = op.operands[0]
+    if not is_complex(z):
+        return diagonal(op, ts)
+    re, im = _unit_parts(z, op.results[0])
+    (t,) = ts
+    return [add(multiply(re, hlo.real(t)), multiply(im, hlo.imag(t)))]
 
 
 @tangent("stablehlo.clamp")

@@ -30,9 +30,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from . import hlo
-from .backprop import active_ops, backprop_local, op_inputs
+from .backprop import active_ops, backprop_local, carries, complex_kind, op_inputs
 from .mlir import ir, is_float, loc_name
-from .registry import Tangent, lookup, lookup_tangent
+from .registry import MissingTangentError, Tangent, lookup, lookup_tangent
 
 
 @dataclasses.dataclass
@@ -64,7 +64,7 @@ def jvp(ys: Sequence[ir.Value], xs: Sequence[ir.Value], txs: Sequence[Tangent], 
 
     ``allow(op)`` restricts the ops tangents flow through (a region's own block).
     """
-    tangents = {x: t for x, t in zip(xs, txs) if t is not None and is_float(x)}
+    tangents = {x: t for x, t in zip(xs, txs) if t is not None and carries(x)}
     seeded = set(tangents)
     # An op computing a seeded value is not differentiated again: its tangent is given.
     order = active_ops(ys, seeded, set(), lambda o: not any(r in seeded for r in o.results)
@@ -75,12 +75,14 @@ def jvp(ys: Sequence[ir.Value], xs: Sequence[ir.Value], txs: Sequence[Tangent], 
     try:
         for op in order:
             inputs = op_inputs(op)
-            ts = [tangents.get(v) if is_float(v) else None for v in inputs]
+            ts = [tangents.get(v) if carries(v) else None for v in inputs]
             if all(t is None for t in ts):
                 continue
             rule = lookup_tangent(op)
             if rule is None:  # nondifferentiable: its results get no tangent
                 continue
+            if complex_kind(op) == "unsupported":  # backprop.py: the ops with complex rules
+                raise MissingTangentError(f"No tangent rule for '{op.name}' on complex values at {op.location}.")
             if in_place:
                 if op not in following:
                     block = list(op.block.operations)
@@ -97,7 +99,7 @@ def jvp(ys: Sequence[ir.Value], xs: Sequence[ir.Value], txs: Sequence[Tangent], 
                 replaced.update(zip(results, out.results))
                 results, out = out.results, out.tangents
             _check(op, results, out)
-            tangents.update((r, t) for r, t in zip(results, out) if t is not None and is_float(r))
+            tangents.update((r, t) for r, t in zip(results, out) if t is not None and carries(r))
     finally:
         _IN_PLACE.pop()
     return [tangents.get(replaced.get(y, y)) for y in ys]
@@ -115,11 +117,11 @@ def _check(op: ir.Operation, results: Sequence[ir.Value], tangents: Sequence[Tan
 
 def zero_filled(values: Sequence[ir.Value], ts: Sequence[Tangent]) -> list[ir.Value]:
     """The tangents with zeros for the float values that have none (non-float values kept)."""
-    return [t if t is not None else (hlo.zeros(v.type) if is_float(v) else v) for v, t in zip(values, ts)]
+    return [t if t is not None else (hlo.zeros(v.type) if carries(v) else v) for v, t in zip(values, ts)]
 
 
 def _float_results(op: ir.Operation, values: Sequence[ir.Value]) -> list[Tangent]:
-    return [v if is_float(r) else None for r, v in zip(op.results, values)]
+    return [v if carries(r) else None for r, v in zip(op.results, values)]
 
 
 def _with_operands(op: ir.Operation, operands: Sequence[ir.Value]) -> ir.Operation:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..boundary import argument_names
 from . import hlo
-from .backprop import backprop
+from .backprop import backprop, carries
 from . import batching, control_flow, train as training
 from .control_flow import Checkpoints
 from .batching import identity, jacobian_rows
@@ -84,7 +84,7 @@ def find_function(module: ir.Module, name: str | None) -> ir.Operation:
 
 def float_arguments(func_op: ir.Operation) -> list[int]:
     args = func_op.regions[0].blocks[0].arguments
-    return [i for i, a in enumerate(args) if is_float(a)]
+    return [i for i, a in enumerate(args) if carries(a)]
 
 
 def _check_wrt(func_op: ir.Operation, wrt: Sequence[int | str] | None) -> list[int]:
@@ -104,9 +104,9 @@ def _check_wrt(func_op: ir.Operation, wrt: Sequence[int | str] | None) -> list[i
             i = names.index(i)
         if not isinstance(i, int) or not 0 <= i < len(args):
             raise ValueError(f"wrt index {i!r} out of range: @{function_name(func_op)} has {len(args)} arguments")
-        if not is_float(args[i]):
+        if not carries(args[i]):
             raise ValueError(f"wrt index {i}: argument {i} of @{function_name(func_op)} has type "
-                             f"{args[i].type}, not a floating-point tensor")
+                             f"{args[i].type}, not a floating-point or complex tensor")
         out.append(i)
     return out
 
@@ -165,7 +165,7 @@ def _gradients(wrt: list[int], vjp: bool, name: str):
     """The gradients of args[wrt], seeded with ones or (vjp) with one new argument per result."""
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
         unnamed = ir.Location.unknown()  # new arguments: no name of F's arguments
-        seeds = [block.add_argument(y.type, unnamed) if vjp else (hlo.ones(y.type) if is_float(y) else None)
+        seeds = [block.add_argument(y.type, unnamed) if vjp else (hlo.ones(y.type) if carries(y) else None)
                  for y in ys]
         xs = [block.arguments[i] for i in wrt]
         grads = backprop(ys, seeds, xs, name=name)
@@ -179,7 +179,7 @@ def _tangents(wrt: list[int], name: str):
         xs = [block.arguments[i] for i in wrt]
         txs = [block.add_argument(x.type, ir.Location.unknown()) for x in xs]
         tys = forward_jvp(ys, xs, txs, in_place=True, name=name)
-        return [t if t is not None else hlo.zeros(y.type) for y, t in zip(ys, tys) if is_float(y)]
+        return [t if t is not None else hlo.zeros(y.type) for y, t in zip(ys, tys) if carries(y)]
     return derive
 
 

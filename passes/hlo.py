@@ -99,6 +99,13 @@ def _create(name: str, results: Sequence[ir.Type], operands: Sequence[Value],
 def splat(value: float | int | bool, type_: ir.Type) -> Value:
     """A constant tensor of ``type_`` with every element equal to ``value``."""
     et = elem(type_)
+    if is_complex_type(et):  # a complex scalar from numpy (the bindings have no complex attribute), broadcast
+        scalar_type = tensor_type([], et)
+        bits = ir.FloatType(part_type(et)).width
+        dense = ir.DenseElementsAttr.get(np.array(complex(value), dtype=np.complex128 if bits == 64 else np.complex64),
+                                         type=scalar_type)
+        c = _create("stablehlo.constant", [scalar_type], [], {"value": dense}).result
+        return c if not shape(type_) else broadcast_in_dim(c, shape(type_), [])
     if is_float_type(et):
         scalar = ir.FloatAttr.get(et, float(value))
     elif ir.IntegerType(et).width == 1:
@@ -253,7 +260,7 @@ def negate(x: Value) -> Value:
 
 
 def compare_type_of(element: ir.Type) -> str:
-    if is_float_type(element):
+    if is_float_type(element) or is_complex_type(element):
         return "FLOAT"
     it = ir.IntegerType(element)
     if it.width == 1 or it.is_unsigned:
@@ -276,6 +283,35 @@ def select(pred: Value, on_true: Value, on_false: Value) -> Value:
 
 def clamp(lo: Value, x: Value, hi: Value) -> Value:
     return _create("stablehlo.clamp", [x.type], [lo, x, hi]).result
+
+
+def is_complex_type(element: ir.Type) -> bool:
+    return isinstance(element.maybe_downcast(), ir.ComplexType)
+
+
+def part_type(element: ir.Type) -> ir.Type:
+    """The element type of a complex type's real and imaginary parts."""
+    return ir.ComplexType(element).element_type
+
+
+def real(z: Value) -> Value:
+    return _create("stablehlo.real", [tensor_type(shape(z), part_type(elem(z)))], [z]).result
+
+
+def imag(z: Value) -> Value:
+    return _create("stablehlo.imag", [tensor_type(shape(z), part_type(elem(z)))], [z]).result
+
+
+def complex_(re: Value, im: Value) -> Value:
+    """``stablehlo.complex``: ``re + i im``."""
+    return _create("stablehlo.complex", [tensor_type(shape(re), ir.ComplexType.get(elem(re)))], [re, im]).result
+
+
+def conj(z: Value) -> Value:
+    """The complex conjugate (``z`` itself when it is real)."""
+    if not is_complex_type(elem(z)):
+        return z
+    return complex_(real(z), negate(imag(z)))
 
 
 def convert(x: Value, element: ir.Type) -> Value:

@@ -49,9 +49,11 @@ def _inner(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
                      for x, y in zip(a, b)))
 
 
-def _directions(args, rng) -> list[np.ndarray | None]:
-    return [rng.standard_normal(np.shape(a)).astype(np.asarray(a).dtype) if _is_float(a) else None
+def _directions(args, rng, along=None) -> list[np.ndarray | None]:
+    """Random directions over the float inputs (zero for those ``along`` leaves out)."""
+    dirs = [rng.standard_normal(np.shape(a)).astype(np.asarray(a).dtype) if _is_float(a) else None
             for a in args]
+    return dirs if along is None else [d if d is None or keep else np.zeros_like(d) for d, keep in zip(dirs, along)]
 
 
 def _perturb(args, dirs, t):
@@ -67,14 +69,16 @@ def _compare(lhs: float, rhs: float, rtol: float, atol: float, what: str) -> Non
 def check_vjp(forward: Callable[..., list[np.ndarray]], vjp: Callable[..., list[np.ndarray]],
               args: Sequence[np.ndarray], *, eps: float = 1e-6, rtol: float = 1e-6, atol: float = 1e-9,
               directions: int = 2, seed: int = 0, what: str = "vjp",
-              jvp: Callable[..., list[np.ndarray]] | None = None) -> None:
+              jvp: Callable[..., list[np.ndarray]] | None = None, along: Sequence[bool] | None = None) -> None:
     """Check ``vjp(args, cts) -> grads of float args`` against ``forward(args) -> outputs``,
-    and ``jvp(args, tangents of float args) -> tangents of float outputs`` when given."""
+    and ``jvp(args, tangents of float args) -> tangents of float outputs`` when given.
+    ``along``: one flag per argument, the directions move only those flagged (the real or
+    the imaginary parts of complex arguments: ``complexcheck.py``)."""
     rng = np.random.default_rng(seed)
     args = [np.asarray(a) for a in args]
     outs = forward(*args)
     for k in range(directions):
-        dirs = _directions(args, rng)
+        dirs = _directions(args, rng, along)
         cts = [rng.standard_normal(np.shape(o)).astype(o.dtype) if _is_float(o) else np.zeros_like(o)
                for o in outs]
         plus, minus = forward(*_perturb(args, dirs, eps)), forward(*_perturb(args, dirs, -eps))
