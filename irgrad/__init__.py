@@ -31,7 +31,10 @@ newaxis = None
 _RUNTIME_MODULES = ("fleet",)
 
 # Type checkers see the whole toolchain (the frontend's names, never the fallback below).
-if TYPE_CHECKING or importlib.util.find_spec("iree.compiler") is not None:
+# irgrad-runtime (runtime-dist/) ships no frontend; the full irgrad without the compiler has one
+# it cannot import.
+_FRONTEND = importlib.util.find_spec(f"{__name__}.frontend") is not None
+if TYPE_CHECKING or (_FRONTEND and importlib.util.find_spec("iree.compiler") is not None):
     from .frontend import *  # noqa: F403
     from .ops import *  # noqa: F403  (already in frontend's names; said again for type checkers)
     # Named again: irgrad.function and irgrad.gradients are also submodules, which type checkers prefer.
@@ -43,7 +46,8 @@ else:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         if name in _RUNTIME_MODULES:  # `from irgrad import fleet`: a submodule that needs no compiler
             return importlib.import_module(f"{__name__}.{name}")
+        need = "pip install iree-base-compiler" if _FRONTEND else "pip install irgrad (this is irgrad-runtime)"
         raise ImportError(
-            f"irgrad.{name} is part of irgrad's frontend, which needs the compiler: pip install "
-            "iree-base-compiler. This install runs artifacts only (ig.load, Module, ig.runtime)."
+            f"irgrad.{name} is part of irgrad's frontend, which needs the compiler: {need}. "
+            "This install runs artifacts only (ig.load, Module, ig.runtime)."
         )

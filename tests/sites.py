@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import irgrad as ig
@@ -26,10 +29,11 @@ def closure(dists: list[str]) -> set[str]:
     return found
 
 
-def runtime_only_site(root: Path, dists: list[str]) -> Path:
+def runtime_only_site(root: Path, dists: list[str], wheel: Path | None = None) -> Path:
     """``root/site``: irgrad, and ``dists`` with what they require, as links to this install's
     files. ``iree`` is a namespace the compiler shares, so its subfolders are linked one by one:
-    the compiler's 350 MB are not there to be imported."""
+    the compiler's 350 MB are not there to be imported. With ``wheel`` (``build_runtime_wheel``),
+    irgrad is that wheel's files, as ``pip install`` would place them, not this tree's package."""
     site = root / "site"
     (site / "iree").mkdir(parents=True)
     for name in closure(dists):
@@ -48,5 +52,21 @@ def runtime_only_site(root: Path, dists: list[str]) -> Path:
         info = next(base.glob(f"{dist.metadata['Name'].replace('-', '_')}-*.dist-info"), None)
         if info is not None and not (site / info.name).exists():
             (site / info.name).symlink_to(info, target_is_directory=True)  # flwr reads its own version
-    (site / "irgrad").symlink_to(Path(ig.__file__).parent, target_is_directory=True)
+    if wheel is None:
+        (site / "irgrad").symlink_to(Path(ig.__file__).parent, target_is_directory=True)
+    else:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(site)
     return site
+
+
+RUNTIME_DIST = Path(__file__).resolve().parents[1] / "runtime-dist"
+
+
+def build_runtime_wheel(out: Path) -> Path:
+    """The irgrad-runtime wheel built from ``runtime-dist/`` with pip, as a user's
+    ``pip install ./runtime-dist`` builds it (build isolation: setuptools from the index)."""
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
+                           str(RUNTIME_DIST)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return next(out.glob("irgrad_runtime-*.whl"))

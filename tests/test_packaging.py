@@ -88,3 +88,65 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert "pytest" in command
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert command in ci, f".ci/run does not run the README's test command {command!r}"
+
+
+# ----- irgrad-runtime: the device install (runtime-dist/) ----------------------------------------
+
+def test_the_runtime_distribution_is_the_runtime_alone(tmp_path):
+    """``pip install ./runtime-dist`` (or the built wheel): irgrad's runtime modules, required
+    iree-base-runtime and numpy only, the same version as irgrad; and the core distribution
+    still requires the whole toolchain."""
+    import tomllib
+    import zipfile
+
+    from sites import build_runtime_wheel
+
+    wheel = build_runtime_wheel(tmp_path)
+    files = zipfile.ZipFile(wheel).namelist()
+    modules = {f for f in files if not f.startswith("irgrad_runtime-")}
+    assert {"irgrad/__init__.py", "irgrad/py.typed", "irgrad/runtime/loader.py", "irgrad/runtime/trainer.py",
+            "irgrad/fleet.py"} <= modules
+    assert not any(f.startswith(("irgrad/passes/", "irgrad/ops/")) or f in ("irgrad/frontend.py", "irgrad/cli.py")
+                   for f in modules), sorted(modules)
+    metadata = zipfile.ZipFile(wheel).read(next(f for f in files if f.endswith("METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert [r for r in requires if "extra ==" not in r] == ["iree-base-runtime==3.13.0", "numpy>=1.24"]
+    main = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dist = tomllib.loads((ROOT / "runtime-dist" / "pyproject.toml").read_text())["project"]
+    assert dist["version"] == main["version"]
+    assert main["dependencies"] == ["iree-base-compiler==3.13.0", "iree-base-runtime==3.13.0", "numpy>=1.24",
+                                    "typer>=0.12"]
+
+
+def test_the_runtime_wheel_loads_and_runs_without_the_compiler(tmp_path):
+    """The wheel's irgrad in a Python that can import only it, iree-base-runtime and numpy:
+    ig.load and a call (tests/test_device.py trains that way); a frontend name says to install irgrad."""
+    import irgrad as ig
+    from sites import build_runtime_wheel, runtime_only_site
+
+    text = ("func.func @loss(%w: tensor<3xf32>, %x: tensor<3xf32>) -> tensor<f32> {\n"
+            "  %p = stablehlo.multiply %w, %x : tensor<3xf32>\n  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+            "  %s = stablehlo.reduce(%p init: %z) applies stablehlo.add across dimensions = [0]"
+            " : (tensor<3xf32>, tensor<f32>) -> tensor<f32>\n  return %s : tensor<f32>\n}")
+    ig.compile(text).save(tmp_path / "m.vmfb")
+    site = runtime_only_site(tmp_path, ["iree-base-runtime", "numpy"], wheel=build_runtime_wheel(tmp_path / "w"))
+    assert not (site / "irgrad").is_symlink() and not (site / "irgrad" / "frontend.py").exists()
+    code = f"""import sys; sys.path.insert(0, {str(site)!r})
+import numpy as np
+import irgrad as ig
+assert ig.__file__.startswith({str(site)!r}), ig.__file__
+m = ig.load({str(tmp_path / "m.vmfb")!r})
+print(float(m["loss"](np.ones(3, np.float32), np.arange(3, dtype=np.float32))))
+try:
+    ig.function
+except ImportError as error:
+    print(error)
+assert "iree.compiler" not in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    value, message = done.stdout.splitlines()
+    assert float(value) == 3.0
+    assert message.startswith("irgrad.function is part of irgrad's frontend, which needs the compiler: "
+                              "pip install irgrad (this is irgrad-runtime)")

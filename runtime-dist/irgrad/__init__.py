@@ -1,0 +1,1 @@
+../../irgrad/__init__.py

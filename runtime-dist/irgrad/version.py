@@ -1,0 +1,1 @@
+../../irgrad/version.py
