@@ -12,8 +12,10 @@
   args[wrt], the ``x.shape + x.shape`` Hessian of the sum of the float results
   (``tf.hessians``' blocks), every row in one batched backward pass.
 
-``wrt`` defaults to every floating-point argument. Calls to private functions
-are inlined into the adjoint's copy of the forward body first (``F`` itself is
+``wrt`` defaults to every floating-point or complex argument. A complex argument
+``z = x + iy`` gets TensorFlow's gradient ``∂L/∂x + i ∂L/∂y`` (JAX's ``jax.grad`` returns
+the conjugate: ``np.conj`` converts one into the other; ``backprop.py`` has the rules).
+Calls to private functions are inlined into the adjoint's copy of the forward body first (``F`` itself is
 left untouched); the differentiated body is then cleaned with
 canonicalize + cse and verified.
 """

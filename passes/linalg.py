@@ -220,11 +220,12 @@ def _forward_substitution(t: Value, b: Value) -> Value:
 
 
 def lower_triangular_solve(op: ir.Operation) -> Value | None:
-    """The solve as forward substitution on a lower-triangular matrix (``None`` for complex):
+    """The solve as forward substitution on a lower-triangular matrix (``None`` for complex
+    elements or run-time shapes, left to IREE):
     the triangle read (unit diagonal set), ``op`` applied, the right side solved as the
     transposed left one, an upper matrix turned lower by reversing rows and columns."""
     a, b = op.operands
-    if not is_float_type(elem(a)):
+    if not is_float_type(elem(a)) or not (hlo.is_static(a) and hlo.is_static(b)):
         return None
     attrs = _solve_attrs(op)
     r = len(shape(a))
@@ -246,12 +247,13 @@ def lower_triangular_solve(op: ir.Operation) -> Value | None:
 
 
 def lower_cholesky(op: ir.Operation) -> Value | None:
-    """Left-looking Cholesky, one column per iteration (``None`` for complex):
+    """Left-looking Cholesky, one column per iteration (``None`` for complex elements or
+    run-time shapes):
     ``v = a[:, j] - L L[j, :]ᵀ``, ``L[j, j] = √v_j``, ``L[i, j] = v_i / L[j, j]`` below it,
     reading the lower triangle of ``a`` (of ``aᵀ`` for an upper factor, returned transposed).
     A matrix that is not positive definite gives NaNs, as XLA's Cholesky does."""
     a = op.operands[0]
-    if not is_float_type(elem(a)):
+    if not is_float_type(elem(a)) or not hlo.is_static(a):
         return None
     lower = hlo.read_bool(op, "lower")
     if not lower:

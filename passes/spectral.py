@@ -133,7 +133,7 @@ def _complex_dft(re: Value, im: Value, dim: int, n: int, inverse: bool) -> tuple
 
 def lower_fft(op: ir.Operation) -> Value | None:
     """The transform as DFT products (``None`` where IREE compiles the op itself)."""
-    if _native(op):
+    if _native(op) or not hlo.is_static(op.operands[0]):
         return None
     kind = fft_type(op)
     lengths = hlo.read_i64_array(op, "fft_length")
