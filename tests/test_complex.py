@@ -186,3 +186,40 @@ def test_fft_batching_rule_equals_a_loop():
         want = module["f"].call_flat(*split([x[k]])[0])
         for g, w in zip(got, want):
             np.testing.assert_allclose(np.asarray(g)[k], w, rtol=1e-12, atol=1e-12)
+
+
+def test_complex_elementwise_batching_equals_a_loop():
+    text = f"""func.func @f(%a: {C}, %x: {R}) -> ({R}, {C}) {{
+  %e = stablehlo.exponential %a : {C}
+  %z = stablehlo.complex %x, %x : {C}
+  %m = stablehlo.multiply %e, %z : {C}
+  %r = stablehlo.abs %m : ({C}) -> {R}
+  return %r, %m : {R}, {C}
+}}"""
+    module = ig.compile(real_view(passes.vectorize(text, "f", None, 2))).load()
+    a, x = _c(2, 3), RNG.standard_normal((2, 3))
+    got = module["f_batched"].call_flat(*split([a, x])[0])
+    for k in range(2):
+        want = module["f"].call_flat(*split([a[k], x[k]])[0])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g)[k], w, rtol=1e-12, atol=1e-12)
+
+
+def test_complex_loop_carry_is_refused_with_the_op_named():
+    text = f"""func.func @f(%z: {C}) -> {C} {{
+  %i0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %i0, %w = %z) : tensor<i32>, {C}
+    cond {{
+      %n = stablehlo.constant dense<2> : tensor<i32>
+      %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    }} do {{
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %j = stablehlo.add %i, %one : tensor<i32>
+      %v = stablehlo.multiply %w, %w : {C}
+      stablehlo.return %j, %v : tensor<i32>, {C}
+    }}
+  return %r#1 : {C}
+}}"""
+    with pytest.raises(passes.MissingAdjointError, match="stablehlo.while.*complex values"):
+        passes.differentiate(text, "f")
