@@ -255,7 +255,7 @@ def recompute_grad(f: Callable) -> Callable:
     takes the upstream cotangents, as TensorFlow makes it depend on them: the compiler can
     neither merge it with the forward run nor schedule it before the backward pass reaches
     it. Inside a loop body, the loop's reverse pass records ``f``'s inputs only.
-    ``f`` may read ``ig.Variable``s; their gradients are returned too."""
+    ``f`` may read variables (``ig.Variable``); their gradients are returned too."""
     @custom_gradient
     def recomputed(*args, **kwargs):
         def grad(*upstream, variables=None):

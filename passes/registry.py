@@ -104,7 +104,8 @@ def missing(op: ir.Operation, detail: str = "") -> MissingAdjointError:
     cause = producer_cause(f"'{name}'")  # not StableHLO at all: say what the producer should export
     if cause is not None:
         return MissingAdjointError(f"{what} It is not a StableHLO op: {cause}.")
-    return MissingAdjointError(f"{what} Register one with @adjoint({name!r}) or mark it nondifferentiable.")
+    return MissingAdjointError(f"{what} Register one with @adjoint({name!r}) or mark it nondifferentiable "
+                               "(irgrad.passes; see docs/guides/adjoints.md).")
 
 
 def lookup(op: ir.Operation) -> Rule | None:
