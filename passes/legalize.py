@@ -54,6 +54,7 @@ import math
 from ..boundary import respell_foreign
 from . import choices, hlo
 from .convolution import lower_convolution
+from .dynamic_shapes import annotate_nonexpanding, rewrite_dynamic
 from .einsum import EINSUMS, lower_einsum
 from .indexing import iree_rejects_scatter, scatter_by_elements
 from .linalg import lower_cholesky, lower_triangular_solve
@@ -75,7 +76,7 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
             for inner in block.operations:
                 inner = inner.operation
                 if inner.name == "stablehlo.power" and is_float(inner.results[0]) \
-                        or inner.name == "stablehlo.convolution" or _reduces_everything(inner) \
+                        or inner.name == "stablehlo.convolution" and _static(inner) or _reduces_everything(inner) \
                         or is_large_sum(inner) \
                         or inner.name == "stablehlo.dot_general" and (_wider(inner) or contraction_chunks(inner)) \
                         or inner.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(inner.operands[0]) \
@@ -84,6 +85,10 @@ def _candidates(op: ir.Operation, out: list[ir.Operation]) -> None:
                     out.append(inner)
                 if len(inner.regions):
                     _candidates(inner, out)
+
+
+def _static(op: ir.Operation) -> bool:
+    return all(hlo.is_static(v) for v in list(op.operands) + list(op.results))
 
 
 def _host_int_to_f64(op: ir.Operation) -> bool:
@@ -109,7 +114,8 @@ def _reduces_everything(op: ir.Operation) -> bool:
         return False
     inputs = list(op.operands)[:len(op.operands) // 2]
     ranks = {len(shape(v)) for v in inputs}
-    return len(ranks) == 1 and ranks.pop() >= 2 and len(hlo.read_i64_array(op, "dimensions")) == len(shape(inputs[0]))
+    return all(hlo.is_static(v) for v in inputs) and len(ranks) == 1 and ranks.pop() >= 2 \
+        and len(hlo.read_i64_array(op, "dimensions")) == len(shape(inputs[0]))
 
 
 def _flatten_reduce(op: ir.Operation) -> None:
@@ -190,11 +196,16 @@ def _safe_power(x: ir.Value, y: ir.Value) -> ir.Value:
     return hlo.select(hlo.compare(y, zero, "EQ"), one, value)
 
 
-def legalize_for_iree(module: ir.Module) -> int:
-    """Rewrite ``module`` in place; returns the number of ops rewritten."""
+def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
+    """Rewrite ``module`` in place; returns the number of ops rewritten. ``dynamic=False`` skips
+    the rewrites for run-time sizes (``dynamic_shapes.py``), for a module that has none."""
+    done = 0
+    if dynamic:
+        with module.context:
+            done = annotate_nonexpanding(module)
+            done += rewrite_dynamic(module)
     found: list[ir.Operation] = []
     _candidates(module.operation, found)
-    done = 0
     for op in found:
         with ir.InsertionPoint(op), op.location:
             if op.name == "stablehlo.reduce":
@@ -233,9 +244,10 @@ def legalize_text(text: str) -> str:
     text = respell_foreign(text)
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
                                          "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
-                                         "stablehlo.convert", "stablehlo.scatter", *LOWERED, *EINSUMS)):
+                                         "stablehlo.convert", "stablehlo.scatter", "dynamic_broadcast_in_dim", "?",
+                                         *LOWERED, *EINSUMS)):
         return text
     module = parse_module(text)
-    if not legalize_for_iree(module):
+    if not legalize_for_iree(module, dynamic="<?" in text or "x?" in text):
         return text
     return module.operation.get_asm(enable_debug_info=True)
