@@ -228,7 +228,8 @@ def run(
     outputs: list[str] | None = typer.Option(
         None, "--output", metavar="SPEC",
         help="Per result, in order: @out.npy (write), +out.npy (append), - (print), '' (skip). "
-             "Results past the last --output are printed. @out.npz alone: every result (result0, ...)."),
+             "Results past the last --output are printed. @out.npz alone: every result, by name "
+             "(irgrad inspect shows them; result<i> where a result has none)."),
 ) -> None:
     """Call a function of an artifact and print its results like iree-run-module."""
     try:
@@ -256,7 +257,8 @@ def run(
     if len(sinks) > len(types):
         results = "result" if len(types) == 1 else "results"
         raise CLIError(f"{len(sinks)} --output given, but {function} returns {len(types)} {results}", USAGE)
-    typer.echo(report_results(function, module[function].call_flat(*arrays), types, sinks))
+    typer.echo(report_results(function, module[function].call_flat(*arrays), types, sinks,
+                              names=module.functions[function].output_keys()))
 
 
 def _artifact_metadata(path: Path) -> tuple[bytes, dict]:

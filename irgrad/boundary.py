@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["DTYPES", "ELEMENT_DTYPES", "IRError", "dtype_of_element", "spelling_of_dtype",
            "diagnostic", "parse", "respell_foreign", "module_text", "producer_cause",
-           "argument_names", "failures_dir", "save_failed_ir"]
+           "argument_names", "result_names", "RESULT_NAME", "failures_dir", "save_failed_ir"]
 
 # numpy-style dtype name -> MLIR element type spelling. StableHLO's signless iN is signed.
 DTYPES: dict[str, str] = {
@@ -261,6 +261,46 @@ def argument_names(func_op: Any) -> list[str | None]:
                 if key in attrs:
                     name = str(attrs[key]).strip('"')
         names.append(name if name and name != f"arg{i}" else None)  # arg<i>: a positional default
+    return [n if n is not None and names.count(n) == 1 else None for n in names]
+
+
+# The result attribute irgrad names results with (the frontend's dict keys, the derived
+# functions' ``d_w``, ``m_w``, ``step``...); JAX's ``jax.result_info`` is read too.
+RESULT_NAME = "irgrad.name"
+_JAX_PATH = re.compile(r"result((?:\[\d+\])*)(.*)")
+
+
+def _jax_result_name(info: str) -> str | None:
+    """JAX's result path as a name: ``result['loss']`` -> ``loss``, ``result['p']['w']`` ->
+    ``p['w']``; ``result`` and ``result[0]`` are positions, no name."""
+    match = _JAX_PATH.fullmatch(info)
+    if match is None:
+        return info or None
+    rest = match.group(2)
+    if not rest:
+        return None
+    key = re.match(r"\['([^']*)'\]|\.(\w+)", rest)  # a dict key or a dataclass field first
+    if key is None or match.group(1):
+        return info
+    return (key.group(1) or key.group(2)) + rest[key.end():]
+
+
+def result_names(func_op: Any) -> list[str | None]:
+    """The name each result of a ``func.func`` has where its producer gave one: irgrad's
+    ``irgrad.name`` result attribute or JAX's ``jax.result_info`` (its positional ``result``
+    and ``result[i]`` are no names). A name that several results share names none of them."""
+    from iree.compiler import ir
+
+    attrs = func_op.attributes
+    count = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results)
+    res_attrs = attrs["res_attrs"] if "res_attrs" in attrs else None
+    names: list[str | None] = [None] * count
+    for i in range(min(count, len(res_attrs) if res_attrs is not None else 0)):
+        entry = ir.DictAttr(res_attrs[i])
+        if RESULT_NAME in entry:
+            names[i] = ir.StringAttr(entry[RESULT_NAME]).value or None
+        elif "jax.result_info" in entry:
+            names[i] = _jax_result_name(ir.StringAttr(entry["jax.result_info"]).value)
     return [n if n is not None and names.count(n) == 1 else None for n in names]
 
 

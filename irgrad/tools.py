@@ -27,11 +27,12 @@ from .function import Function, compile_text, export
 from .runtime.artifact import atomic_write
 from .runtime.vmfb import signatures_from_metadata
 from .runtime.options import TARGET_FLAGS
+from .passes.grad import ChoiceError, suggestion as did_you_mean
 
 __all__ = [
-    "USAGE", "FAILURE", "CLIError", "one_line", "parse_wrt", "import_model", "model_function",
+    "USAGE", "FAILURE", "CLIError", "did_you_mean", "one_line", "parse_wrt", "import_model", "model_function",
     "load_source", "read_mlir", "located", "with_file_locations", "write_text", "adjoints", "argument_lines",
-    "compile_blaming", "pick_function", "signature_lines", "describe_artifact", "describe_targets",
+    "compile_blaming", "pick_function", "signature_lines", "describe_artifact", "training_lines", "describe_targets",
 ]
 
 USAGE = 2  # click's exit status for a bad command line
@@ -120,7 +121,7 @@ def model_function(path: Path, attr: str | None) -> Function:
     if attr is None:
         raise CLIError(f"{path}: name the function as {path}:FUNCTION (ig.functions in it: {listed})", USAGE)
     if not hasattr(module, attr):
-        raise CLIError(f"{path} has no {attr!r} (ig.functions in it: {listed})", USAGE)
+        raise CLIError(f"{path} has no {attr!r} (ig.functions in it: {listed}){did_you_mean(attr, found)}", USAGE)
     fn = getattr(module, attr)
     if not callable(fn):
         raise CLIError(f"{path}:{attr} is a {type(fn).__name__}, not a function", USAGE)
@@ -235,6 +236,15 @@ def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool
     ``with_value``, ``wrt`` and ``loop_checkpoints`` without ``grad``, ``vjp``, ``jvp`` or
     ``train`` are a usage error, and so are an unknown optimizer and ``lr`` without ``train``.
     """
+    try:
+        return _adjoints(text, func, wrt, grad, vjp, with_value, jvp, hessian, loop_checkpoints, train, lr, prox_mu)
+    except ChoiceError as error:  # a --func or --wrt that names nothing: a bad command line
+        raise CLIError(str(error), USAGE) from None
+
+
+def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
+              jvp: bool, hessian: bool, loop_checkpoints: str | None, train: str | None, lr: float | None,
+              prox_mu: float | None) -> str:
     checkpoints = parse_checkpoints(loop_checkpoints)
     if prox_mu is not None:
         if train is None:
@@ -269,7 +279,8 @@ def argument_lines(text: str, func: str | None = None) -> str:
     signatures = runtime.parse_signatures(text)
     if func is not None:
         if func not in signatures:
-            raise CLIError(f"no public function @{func}; the module has: {', '.join(signatures) or 'none'}", USAGE)
+            raise CLIError(f"no public function @{func}; the module has: {', '.join(signatures) or 'none'}"
+                           f"{did_you_mean(func, list(signatures), '@')}", USAGE)
         signatures = {func: signatures[func]}
     lines = []
     for name, signature in signatures.items():
@@ -290,7 +301,8 @@ def pick_function(names: Sequence[str], function: str | None, artifact: object) 
                            f"({', '.join(names) or 'none'})", USAGE)
         return names[0]
     if function not in names:
-        raise CLIError(f"no function {function!r} in {artifact}; functions: {', '.join(names) or 'none'}", USAGE)
+        raise CLIError(f"no function {function!r} in {artifact}; functions: {', '.join(names) or 'none'}"
+                       f"{did_you_mean(function, names)}", USAGE)
     return function
 
 
@@ -314,12 +326,28 @@ def describe_artifact(path: Path, size: int, metadata: dict) -> str:
     ]
     lines = [f"{path}: {size:,} bytes"]
     lines += [f"  {key + ':':<15}{value}" for key, value in fields]
-    lines += ["functions:", *signature_lines(signatures_from_metadata(metadata))]
+    signatures = signatures_from_metadata(metadata)
+    lines += ["functions:", *signature_lines(signatures)]
     for name, train in (metadata.get("training") or {}).items():
-        lines.append(f"training step {name}: {train['optimizer']}, learning rate {train['learning_rate']:g}, "
-                     f"parameters args {', '.join(map(str, train['params']))}")
-        lines.append(f"  state: {', '.join(train['state'])}")
+        lines += training_lines(name, train, signatures.get(name))
     return "\n".join(lines)
+
+
+def training_lines(name: str, train: dict, signature: runtime.Signature | None) -> list[str]:
+    """What ``irgrad inspect`` says about a training step: optimizer, parameters by name, the
+    state's layout, and the order of its results (F's, the new parameters, the new state)."""
+    params, state = list(train["params"]), list(train["state"])
+    arg_names = list(signature.arg_names) if signature and signature.arg_names else []
+    names = list(train.get("param_names") or [arg_names[i] if i < len(arg_names) and arg_names[i] else f"arg{i}"
+                                              for i in params])
+    lines = [f"training step {name}: {train['optimizer']}, learning rate {train['learning_rate']:g}",
+             f"  parameters: {', '.join(f'{n} (arg {i})' for n, i in zip(names, params))}",
+             f"  state:      {', '.join(state)}  (inputs after F's arguments; {name.removesuffix('_step')}_init "
+             f"makes the first)"]
+    if signature is not None:
+        own = signature.output_keys()[:len(signature.outputs) - len(params) - len(state)]
+        lines.append(f"  returns:    {', '.join(own)}, then the new {', '.join(names)}, then the new state")
+    return lines
 
 
 def describe_targets() -> str:

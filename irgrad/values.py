@@ -20,11 +20,12 @@ import numpy as np
 from .boundary import ELEMENT_DTYPES
 from .runtime import Signature, TensorType
 from .runtime.artifact import atomic_write
-from .tools import one_line
+from .tools import did_you_mean, one_line
 
 __all__ = [
     "MAX_PRINTED_ELEMENTS", "numpy_dtype", "parse_type", "parse_value", "read_npy", "read_npz",
-    "arguments_from_npz", "parse_input", "format_array", "parse_output", "save_array", "report_results",
+    "arguments_from_npz", "parse_input", "format_array", "parse_output", "save_array", "write_npz",
+    "report_results",
 ]
 
 # iree-run-module prints at most this many elements of a result.
@@ -110,7 +111,7 @@ def arguments_from_npz(arrays: dict[str, np.ndarray], signature: Signature, path
         if key is None:
             label = f"argument {i}" + (f" ({name})" if name else "")
             raise ValueError(f"{path} has no array for {label} of {signature.name}; it holds: "
-                             f"{', '.join(arrays) or 'nothing'}")
+                             f"{', '.join(arrays) or 'nothing'}{did_you_mean(name or f'arg{i}', arrays)}")
         out.append(arrays[key])
         used.add(key)
     extra = [k for k in arrays if k not in used]
@@ -223,18 +224,29 @@ def save_array(array: np.ndarray, path: Path, append: bool) -> None:
             f.write(np.ascontiguousarray(array).tobytes())
 
 
+def write_npz(file: Any, arrays: dict[str, Any]) -> None:
+    """``numpy.savez(file, **arrays)`` for any keys (``file`` or ``allow_pickle`` included)."""
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for key, array in arrays.items():
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
 def report_results(function: str, results: Sequence[Any], types: Sequence[TensorType],
-                   sinks: Sequence[tuple[str, Path | None]] = ()) -> str:
+                   sinks: Sequence[tuple[str, Path | None]] = (), names: Sequence[str] | None = None) -> str:
     """iree-run-module's printout of a call: ``EXEC @function``, then each result.
 
     ``sinks`` (from ``parse_output``, one per result in order) save a result
     to a file or skip it instead of printing it; results past the last sink
-    are printed. A single ``@FILE.npz`` sink takes every result (``result0``, ...).
+    are printed. A single ``@FILE.npz`` sink takes every result, each under its name
+    (``names``: ``Signature.output_keys()``, e.g. ``loss``, ``d_w1``) or ``result<i>``.
     """
     lines = [f"EXEC @{function}"]
     if len(sinks) == 1 and sinks[0][1] is not None and sinks[0][1].suffix == ".npz":
+        keys = list(names) if names is not None and len(set(names)) == len(results) == len(names) \
+            else [f"result{i}" for i in range(len(results))]
         buffer = io.BytesIO()  # every result in one archive, written whole or not at all
-        np.savez(buffer, **{f"result{i}": np.asarray(r) for i, r in enumerate(results)})
+        write_npz(buffer, dict(zip(keys, results)))
         atomic_write(sinks[0][1], buffer.getvalue())
         return lines[0]
     for i, (result, want) in enumerate(zip(results, types)):

@@ -21,11 +21,12 @@ canonicalize + cse and verified.
 """
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..boundary import argument_names
+from ..boundary import RESULT_NAME, argument_names, result_names
 from . import hlo
 from .backprop import backprop, carries
 from . import batching, control_flow, train as training
@@ -35,6 +36,21 @@ from .forward import jvp as forward_jvp
 from .mlir import IRError, elem, ir, is_float, parse_module, run_pipeline, shape, tensor_type, verify
 
 CLEANUP = "func.func(canonicalize,cse)"
+
+
+class ChoiceError(ValueError):
+    """``func`` or ``wrt`` names (or indexes) a function or argument the module does not have,
+    or one that cannot be differentiated: the caller's choice is wrong, not the module."""
+
+
+def suggestion(given: object, names: Sequence[str | None], prefix: str = "") -> str:
+    """``"; did you mean 'w1'?"`` (``"@loss"`` with ``prefix`` ``"@"``) when ``given`` is close
+    to one of ``names`` (difflib, ignoring case), else ``""``."""
+    known = {n.lower(): n for n in reversed([n for n in names if n])}
+    close = difflib.get_close_matches(str(given).lower(), list(known), n=1)
+    if not close or known[close[0]] == given:
+        return ""
+    return f"; did you mean {prefix}{known[close[0]]}?" if prefix else f"; did you mean {known[close[0]]!r}?"
 
 
 def public_functions(module: ir.Module) -> list[ir.Operation]:
@@ -74,19 +90,50 @@ def find_function(module: ir.Module, name: str | None) -> ir.Operation:
         public = public_functions(module)
         if len(public) != 1:
             names = ", ".join("@" + function_name(f) for f in public) or "none"
-            raise ValueError(f"module has {len(public)} public functions ({names}); choose one "
-                             "(func=... in Python, --func on the command line)")
+            raise ChoiceError(f"module has {len(public)} public functions ({names}); choose one "
+                              "(func=... in Python, --func on the command line)")
         return public[0]
     for f in funcs:
         if function_name(f) == name:
             return f
     names = ", ".join("@" + function_name(f) for f in funcs) or "none"
-    raise ValueError(f"no function @{name} in module; functions: {names}")
+    raise ChoiceError(f"no function @{name} in module; functions: {names}"
+                      f"{suggestion(name, [function_name(f) for f in funcs], '@')}")
 
 
 def float_arguments(func_op: ir.Operation) -> list[int]:
     args = func_op.regions[0].blocks[0].arguments
     return [i for i, a in enumerate(args) if carries(a)]
+
+
+def parameter_names(func_op: ir.Operation) -> list[str]:
+    """Each argument's name (``boundary.argument_names``), ``arg<i>`` where it has none: what
+    the derived values are named after (``d_w``, ``m_w``)."""
+    return [n or f"arg{i}" for i, n in enumerate(argument_names(func_op))]
+
+
+def output_names(func_op: ir.Operation) -> list[str]:
+    """Each result's name (``boundary.result_names``), ``result<k>`` where it has none."""
+    return [n or f"result{k}" for k, n in enumerate(result_names(func_op))]
+
+
+def name_results(func_op: ir.Operation, names: Sequence[str | None]) -> None:
+    """Names the results of ``func_op`` (``irgrad.name`` result attributes; None: no name)."""
+    with func_op.context:
+        func_op.attributes["res_attrs"] = ir.ArrayAttr.get([
+            ir.DictAttr.get({} if n is None else {RESULT_NAME: ir.StringAttr.get(n)}) for n in names])
+
+
+def _derived_names(func_op: ir.Operation, kind: str, wrt: list[int], with_value: bool) -> list[str | None]:
+    """The names of ``@F_<kind>``'s results: F's own first (``with_value``), then ``d_w`` per
+    gradient, ``t_y`` per tangent of a float result ``y``, ``h_w`` per Hessian block."""
+    params, outs = parameter_names(func_op), output_names(func_op)
+    if kind == "jvp":
+        ys = list(list(func_op.regions[0].blocks[0].operations)[-1].operands)
+        derived = [f"t_{outs[k]}" for k, y in enumerate(ys) if carries(y)]
+    else:
+        derived = [f"{'h' if kind == 'hessian' else 'd'}_{params[i]}" for i in wrt]
+    return (result_names(func_op) if with_value else []) + derived
 
 
 def _check_wrt(func_op: ir.Operation, wrt: Sequence[int | str] | None) -> list[int]:
@@ -101,14 +148,14 @@ def _check_wrt(func_op: ir.Operation, wrt: Sequence[int | str] | None) -> list[i
         if isinstance(i, str):
             if i not in names:
                 given = ", ".join(f"{n} ({k})" for k, n in enumerate(names) if n) or "none has a name"
-                raise ValueError(f"wrt {i!r}: @{function_name(func_op)} has no argument of that name "
-                                 f"(its arguments: {given})")
+                raise ChoiceError(f"wrt {i!r}: @{function_name(func_op)} has no argument of that name "
+                                  f"(its arguments: {given}){suggestion(i, names)}")
             i = names.index(i)
         if not isinstance(i, int) or not 0 <= i < len(args):
-            raise ValueError(f"wrt index {i!r} out of range: @{function_name(func_op)} has {len(args)} arguments")
+            raise ChoiceError(f"wrt index {i!r} out of range: @{function_name(func_op)} has {len(args)} arguments")
         if not carries(args[i]):
-            raise ValueError(f"wrt index {i}: argument {i} of @{function_name(func_op)} has type "
-                             f"{args[i].type}, not a floating-point or complex tensor")
+            raise ChoiceError(f"wrt index {i}: argument {i} of @{function_name(func_op)} has type "
+                              f"{args[i].type}, not a floating-point or complex tensor")
         out.append(i)
     return out
 
@@ -163,23 +210,27 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
     return copy
 
 
-def _gradients(wrt: list[int], vjp: bool, name: str):
-    """The gradients of args[wrt], seeded with ones or (vjp) with one new argument per result."""
+def _gradients(wrt: list[int], vjp: bool, name: str, seed_names: Sequence[str] = ()):
+    """The gradients of args[wrt], seeded with ones or (vjp) with one new argument per result,
+    named ``seed_names`` (``d_<result>``)."""
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
-        unnamed = ir.Location.unknown()  # new arguments: no name of F's arguments
-        seeds = [block.add_argument(y.type, unnamed) if vjp else (hlo.ones(y.type) if carries(y) else None)
-                 for y in ys]
+        seeds = [block.add_argument(y.type, ir.Location.name(seed_names[k]) if k < len(seed_names)
+                                    else ir.Location.unknown()) if vjp
+                 else (hlo.ones(y.type) if carries(y) else None)
+                 for k, y in enumerate(ys)]
         xs = [block.arguments[i] for i in wrt]
         grads = backprop(ys, seeds, xs, name=name)
         return [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
     return derive
 
 
-def _tangents(wrt: list[int], name: str):
-    """The tangents of the float results, given one new argument per args[wrt]."""
+def _tangents(wrt: list[int], name: str, tangent_names: Sequence[str] = ()):
+    """The tangents of the float results, given one new argument per args[wrt], named
+    ``tangent_names`` (``t_<argument>``)."""
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
         xs = [block.arguments[i] for i in wrt]
-        txs = [block.add_argument(x.type, ir.Location.unknown()) for x in xs]
+        txs = [block.add_argument(x.type, ir.Location.name(tangent_names[k]) if k < len(tangent_names)
+                                  else ir.Location.unknown()) for k, x in enumerate(xs)]
         tys = forward_jvp(ys, xs, txs, in_place=True, name=name)
         return [t if t is not None else hlo.zeros(y.type) for y, t in zip(ys, tys) if carries(y)]
     return derive
@@ -228,26 +279,33 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
     wrt = _check_wrt(func_op, wrt)
     added = []
     last = func_op
+    params = parameter_names(func_op)
     with module.context, control_flow.loop_checkpoints(loop_checkpoints):
         for kind, wanted in (("grad", grad), ("vjp", vjp), ("jvp", jvp), ("hessian", hessian)):
             if wanted:
                 new_name = f"{name}_{kind}"
                 if kind == "jvp":
-                    derive = _tangents(wrt, new_name)
+                    derive = _tangents(wrt, new_name, [f"t_{params[i]}" for i in wrt])
                 elif kind == "hessian":
                     derive = _hessians(wrt, new_name)
                 else:
-                    derive = _gradients(wrt, kind == "vjp", new_name)
-                last = _build(module, last, func_op, new_name, (with_value and kind != "hessian") or kind == "jvp",
-                              derive)
+                    derive = _gradients(wrt, kind == "vjp", new_name, [f"d_{y}" for y in output_names(func_op)])
+                keep = (with_value and kind != "hessian") or kind == "jvp"
+                last = _build(module, last, func_op, new_name, keep, derive)
+                name_results(last, _derived_names(func_op, kind, wrt, keep))
                 added.append(function_name(last))
         if train is not None:
             lr = training.check(train, learning_rate)
+            state = training.state_names(train, [params[i] for i in wrt])
             last = training.add_init(module, last, func_op, f"{name}_train_init", wrt, train)
+            name_results(last, state)
             added.append(function_name(last))
             last = _build(module, last, func_op, f"{name}_train_step", True,
-                          training.step(train, lr, wrt, f"{name}_train_step"))
-            last.attributes[training.LAYOUT_KEY] = ir.StringAttr.get(training.layout(train, lr, wrt))
+                          training.step(train, lr, wrt, f"{name}_train_step", state))
+            last.attributes[training.LAYOUT_KEY] = ir.StringAttr.get(
+                training.layout(train, lr, wrt, [params[i] for i in wrt]))
+            name_results(last, training.result_names(func_op, result_names(func_op), [params[i] for i in wrt],
+                                                     state))
             added.append(function_name(last))
     return added
 

@@ -35,11 +35,27 @@ def check(optimizer: str, learning_rate: float | None) -> float:
 LAYOUT_KEY = "irgrad.train"
 
 
-def layout(optimizer: str, learning_rate: float, wrt: list[int]) -> str:
-    """JSON: the optimizer, its learning rate, the parameters (argument indices) and what each
-    state entry is (``"step"``, ``"m[arg 0]"``...)."""
-    state = ["step", *[f"{kind}[arg {i}]" for kind in STATE[optimizer] for i in wrt]]
-    return json.dumps({"optimizer": optimizer, "learning_rate": learning_rate, "params": list(wrt), "state": state})
+def state_names(optimizer: str, params: list[str]) -> list[str]:
+    """What each state entry is, by name: ``step`` (the counter), then ``<slot>_<parameter>``
+    (``m_w``, ``v_w``, ``momentum_w``) per slot kind and parameter, in the state's order."""
+    return ["step", *[f"{kind}_{p}" for kind in STATE[optimizer] for p in params]]
+
+
+def layout(optimizer: str, learning_rate: float, wrt: list[int], names: list[str] | None = None) -> str:
+    """JSON: the optimizer, its learning rate, the parameters (argument indices, and their
+    names: ``param_names``) and what each state entry is (``state_names``)."""
+    names = list(names) if names is not None else [f"arg{i}" for i in wrt]
+    return json.dumps({"optimizer": optimizer, "learning_rate": learning_rate, "params": list(wrt),
+                       "param_names": names, "state": state_names(optimizer, names)})
+
+
+def result_names(func_op: ir.Operation, names: list[str | None], params: list[str],
+                 state: list[str]) -> list[str | None]:
+    """The names of ``@F_train_step``'s results: F's own (its scalar float result ``loss``
+    where F gave it no name), the new parameters (named as the parameters), the new state."""
+    ys = list(list(func_op.regions[0].blocks[0].operations)[-1].operands)
+    own = [n if n is not None or not (is_float(y) and shape(y) == ()) else "loss" for n, y in zip(names, ys)]
+    return [*own, *params, *state]
 
 
 def state_types(xs: list[ir.Value], optimizer: str) -> list[ir.Type]:
@@ -47,15 +63,17 @@ def state_types(xs: list[ir.Value], optimizer: str) -> list[ir.Type]:
     return [counter, *[x.type for _ in STATE[optimizer] for x in xs]]
 
 
-def step(optimizer: str, learning_rate: float, wrt: list[int], name: str):
-    """``_build``'s derive function for ``@F_train_step``."""
+def step(optimizer: str, learning_rate: float, wrt: list[int], name: str, names: list[str] | None = None):
+    """``_build``'s derive function for ``@F_train_step``; its state arguments are named
+    ``names`` (``state_names``)."""
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
         floats = [y for y in ys if is_float(y)]
         if len(floats) != 1 or shape(floats[0]) != ():
             raise ValueError(f"a training step needs a scalar float loss; @{name.removesuffix('_train_step')} "
                              f"returns {', '.join(str(y.type) for y in ys) or 'nothing'}")
         xs = [block.arguments[i] for i in wrt]
-        counter, *slots = [block.add_argument(t, ir.Location.unknown()) for t in state_types(xs, optimizer)]
+        counter, *slots = [block.add_argument(t, ir.Location.name(names[k]) if names else ir.Location.unknown())
+                           for k, t in enumerate(state_types(xs, optimizer))]
         grads = backprop(floats, [hlo.ones(floats[0].type)], xs, name=name)
         grads = [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
         per_kind = [slots[k * len(xs):(k + 1) * len(xs)] for k in range(len(STATE[optimizer]))]
@@ -95,11 +113,15 @@ def _update(optimizer: str, lr: float, x: ir.Value, g: ir.Value, slots: list[ir.
 
 def add_init(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str, wrt: list[int],
              optimizer: str) -> ir.Operation:
-    """``@new_name(F's args...) -> (state...)``: the counter and every slot at zero."""
+    """``@new_name(F's args...) -> (state...)``: the counter and every slot at zero. Its
+    arguments keep F's names."""
     args = list(func_op.regions[0].blocks[0].arguments)
     types = state_types([args[i] for i in wrt], optimizer)
     with ir.InsertionPoint(module.body), func_op.location:
-        op, block = hlo.func(new_name, [a.type for a in args], types)
+        op, block = hlo.func(new_name, [], types)
+        for a in args:
+            block.add_argument(a.type, a.location)
+        hlo.set_function_type(op, [a.type for a in args], types)
         with ir.InsertionPoint(block):
             hlo.return_([hlo.zeros(t) for t in types])
     op.move_after(after)

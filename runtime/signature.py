@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ..boundary import DTYPES as _DTYPE_SPELLINGS
-from ..boundary import ELEMENT_DTYPES, argument_names, parse
+from ..boundary import ELEMENT_DTYPES, argument_names, parse, result_names
 
 __all__ = ["TensorType", "Signature", "DTYPES", "parse_signatures", "parse_declaration"]
 
@@ -65,14 +65,23 @@ class Signature:
     # Each argument's name where the producer gave one (``boundary.argument_names``); empty
     # when none has a name.
     arg_names: tuple[str | None, ...] = ()
+    # Each result's name where the producer gave one (``boundary.result_names``: JAX's
+    # ``jax.result_info``, an ig.function's dict keys, a derived function's ``d_w``, ``m_w``,
+    # ``step``...); empty when none has a name, and in artifacts written before results had names.
+    result_names: tuple[str | None, ...] = ()
 
     def __repr__(self) -> str:
-        names = self.arg_names or (None,) * len(self.inputs)
-        ins = ", ".join(f"{n}: {t}" if n else str(t) for n, t in zip(names, self.inputs))
-        outs = ", ".join(map(str, self.outputs))
-        return f"{self.name}({ins}) -> ({outs})"
+        return f"{self.name}({_listed(self.arg_names, self.inputs)}) -> ({_listed(self.result_names, self.outputs)})"
 
     __str__ = __repr__
+
+    def input_keys(self) -> list[str]:
+        """Every argument's name, ``arg<i>`` where it has none (unique: npz keys, dicts)."""
+        return _keys(self.arg_names, len(self.inputs), "arg")
+
+    def output_keys(self) -> list[str]:
+        """Every result's name, ``result<k>`` where it has none (unique: npz keys, dicts)."""
+        return _keys(self.result_names, len(self.outputs), "result")
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -81,16 +90,32 @@ class Signature:
         }
         if self.arg_names:
             data["arg_names"] = list(self.arg_names)
+        if self.result_names:
+            data["result_names"] = list(self.result_names)
         return data
 
     @classmethod
     def from_json(cls, name: str, data: dict[str, Any]) -> Signature:
+        """Reads ``to_json``'s dictionary; one without names (older artifacts) reads as unnamed."""
         return cls(
             name,
             tuple(TensorType.from_json(t) for t in data["inputs"]),
             tuple(TensorType.from_json(t) for t in data["outputs"]),
             tuple(data.get("arg_names") or ()),
+            tuple(data.get("result_names") or ()),
         )
+
+
+def _listed(names: tuple[str | None, ...], types: tuple[TensorType, ...]) -> str:
+    names = names or (None,) * len(types)
+    return ", ".join(f"{n}: {t}" if n else str(t) for n, t in zip(names, types))
+
+
+def _keys(names: tuple[str | None, ...], count: int, prefix: str) -> list[str]:
+    given = list(names) + [None] * (count - len(names))
+    keys = [n or f"{prefix}{i}" for i, n in enumerate(given[:count])]
+    # A positional key that another value's name already took: that value keeps its name.
+    return [k if keys.count(k) == 1 or k == given[i] else f"{prefix}{i}_" for i, k in enumerate(keys)]
 
 
 def public_functions(module: Any) -> list[Any]:
@@ -120,12 +145,13 @@ def signature_of(func_op: Any) -> Signature:
         except ValueError as error:
             raise ValueError(f"@{name} {kind} {index}: {error}") from None
 
-    names = argument_names(func_op)
+    names, results = argument_names(func_op), result_names(func_op)
     return Signature(
         name,
         tuple(convert("argument", i, t) for i, t in enumerate(ftype.inputs)),
         tuple(convert("result", i, t) for i, t in enumerate(ftype.results)),
         tuple(names) if any(names) else (),
+        tuple(results) if any(results) else (),
     )
 
 

@@ -39,7 +39,11 @@ def training_step(metadata: dict[str, Any], function: str | None = None) -> tupl
 
 class Trainer:
     """Steps of ``module[function]``, a training step (``passes.train``'s layout in the
-    module's ``metadata["training"]``), starting from ``params`` and a zero state."""
+    module's ``metadata["training"]``), starting from ``params`` (a list in the parameters'
+    order, or a dict by name: ``param_names``) and a zero state.
+
+    ``param_names``, ``state_names`` and ``result_names`` say what the arrays are;
+    ``named_params()`` and ``named_state()`` return them by name."""
 
     def __init__(self, module: Any, params, function: str | None = None) -> None:
         self.function, self.layout = training_step(module.metadata, function)
@@ -50,6 +54,16 @@ class Trainer:
         self._n_args = len(sig.inputs) - n_state
         self._data = [i for i in range(self._n_args) if i not in self._wrt]
         self._n_results = len(sig.outputs) - len(self._wrt) - n_state
+        names = list(sig.arg_names) + [None] * len(sig.inputs)
+        #: The parameters' names (``w1``, or ``arg<i>`` where F's argument has none), in order.
+        self.param_names: list[str] = list(self.layout.get("param_names")
+                                           or [names[i] or f"arg{i}" for i in self._wrt])
+        #: What each state entry is (``step``, ``m_w1``, ``v_w1``...), in the state's order.
+        self.state_names: list[str] = list(self.layout["state"])
+        #: The names of F's results, which ``step`` returns (``result<k>`` where F gave none).
+        self.result_names: list[str] = sig.output_keys()[:self._n_results]
+        if isinstance(params, dict):
+            params = _by_name(params, self.param_names, f"{self.function}: params")
         params = list(params)
         if len(params) != len(self._wrt):
             raise TypeError(f"{self.function}: expected {len(self._wrt)} parameter arrays (args "
@@ -85,16 +99,28 @@ class Trainer:
         outputs = self._step.signature.outputs[self._n_results + len(self._wrt):]
         return [self._step._download(v, t) for v, t in zip(self._state, outputs)]
 
+    def named_params(self) -> dict[str, np.ndarray]:
+        """The parameters by name (``param_names``), copied to the host."""
+        return dict(zip(self.param_names, self.params()))
+
+    def named_state(self) -> dict[str, np.ndarray]:
+        """The optimizer state by name (``state_names``: ``step``, ``m_w1``...), copied to the host."""
+        return dict(zip(self.state_names, self.state()))
+
     def save(self, path: str | os.PathLike) -> None:
         """Parameters and state to ``path`` (.npz): all of it or, if interrupted, nothing
         (the previous file stays as it was)."""
         path = Path(path)
         arrays = self.params() + self.state()
-        manifest = json.dumps({"function": self.function, "layout": self.layout, "digest": _digest(arrays)})
+        keys = self.param_names + self.state_names  # by name where the names tell them apart
+        if len(set(keys)) != len(keys) or _MANIFEST in keys:
+            keys = [f"a{i}" for i in range(len(arrays))]
+        manifest = json.dumps({"function": self.function, "layout": self.layout, "digest": _digest(arrays),
+                               "keys": keys})
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, **{f"a{i}": a for i, a in enumerate(arrays)}, **{_MANIFEST: np.array(manifest)})
+                np.savez(f, **dict(zip(keys, arrays)), **{_MANIFEST: np.array(manifest)})
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -117,7 +143,8 @@ class Trainer:
         try:
             with np.load(path, allow_pickle=False) as f:
                 manifest = json.loads(str(f[_MANIFEST]))
-                arrays = [f[f"a{i}"] for i in range(len(f.files) - 1)]
+                keys = manifest.get("keys") or [f"a{i}" for i in range(len(f.files) - 1)]  # older: a0, a1...
+                arrays = [f[k] for k in keys]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
             raise ValueError(f"{where}: {error}") from None
         if manifest.get("function") != self.function or manifest.get("layout") != self.layout:
@@ -135,6 +162,26 @@ class Trainer:
         views = [self._step._upload(i, a) for i, a in zip(self._wrt, arrays)]
         self._state = [self._step._upload(self._n_args + k, a) for k, a in enumerate(arrays[len(self._wrt):])]
         self._params = views
+
+
+def _by_name(arrays: dict[str, Any], names: list[str], what: str) -> list[Any]:
+    """``arrays[name]`` for each of ``names``; TypeError naming what is missing or unknown."""
+    missing = [n for n in names if n not in arrays]
+    extra = [k for k in arrays if k not in names]
+    if missing or extra:
+        raise TypeError(f"{what}: expected {', '.join(names)}; " + "; ".join(
+            part for part in (missing and f"missing {', '.join(missing)}",
+                              extra and f"unknown {', '.join(map(str, extra))}{_did_you_mean(extra, names)}")
+            if part))
+    return [arrays[n] for n in names]
+
+
+def _did_you_mean(given: list[Any], names: list[str]) -> str:
+    import difflib
+
+    known = {n.lower(): n for n in reversed(names)}  # case aside: W1 for w1
+    close = [known[m] for g in given for m in difflib.get_close_matches(str(g).lower(), list(known), n=1)]
+    return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 def _dtype(t: Any) -> np.dtype:

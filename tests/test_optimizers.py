@@ -187,8 +187,10 @@ def test_train_from_the_command_line(tmp_path):
     compiled = runner.invoke(app, ["compile", str(src), "--train", "adam", "--wrt", "0,1", "-o", str(artifact)])
     assert compiled.exit_code == 0, compiled.output
     shown = runner.invoke(app, ["inspect", str(artifact)])
-    assert "training step _lambda__train_step: adam, learning rate 0.001, parameters args 0, 1" in shown.stdout
-    assert "state: step, m[arg 0], m[arg 1], v[arg 0], v[arg 1]" in shown.stdout
+    assert "training step _lambda__train_step: adam, learning rate 0.001" in shown.stdout
+    assert "parameters: arg0 (arg 0), arg1 (arg 1)" in shown.stdout
+    assert "state:      step, m_arg0, m_arg1, v_arg0, v_arg1" in shown.stdout
+    assert "returns:    loss, then the new arg0, arg1, then the new state" in shown.stdout
     assert ig.load(str(artifact)).metadata["training"]["_lambda__train_step"]["params"] == [0, 1]
     vector = tmp_path / "vector.mlir"
     vector.write_text(ig.function(lambda w: w * 2.0).lower(W0).mlir)
@@ -263,7 +265,9 @@ def test_trainer_checkpoints_round_trip_and_refuse_bad_files(train_artifact, tmp
 
     with np.load(tmp_path / "ckpt.npz") as f:
         arrays = {k: f[k] for k in f.files}
-    arrays["a0"] = arrays["a0"] + 1.0  # damaged data, manifest kept
+    first = trainer.param_names[0]  # saved by name: the parameters', then the state's (step, m_arg0...)
+    assert set(arrays) == {*trainer.param_names, *trainer.state_names, "irgrad_checkpoint"}
+    arrays[first] = arrays[first] + 1.0  # damaged data, manifest kept
     np.savez(tmp_path / "damaged.npz", **arrays)
     with pytest.raises(ValueError, match="damaged"):
         again.restore(tmp_path / "damaged.npz")

@@ -207,7 +207,7 @@ def test_list_args_and_names_in_artifacts(tmp_path):
     compiled = runner.invoke(app, ["compile", str(source), "--grad", "--wrt", "params['w'],x", "-o", str(out)])
     assert compiled.exit_code == 0, compiled.output
     inspected = runner.invoke(app, ["inspect", str(out)])
-    assert "  main_grad(params['w']: 3xf32, x: 3xf32, ids: 3xi32) -> (3xf32, 3xf32)" in inspected.stdout
+    assert "  main_grad(params['w']: 3xf32, x: 3xf32, ids: 3xi32) -> (d_params['w']: 3xf32, d_x: 3xf32)" in inspected.stdout
 
 
 # ----- .npz in and out of irgrad run ------------------------------------------------------------
@@ -226,9 +226,9 @@ def test_run_takes_and_writes_npz(tmp_path):
                                   "--output", f"@{tmp_path / 'out.npz'}"])
         assert ran.exit_code == 0, ran.output
         with np.load(tmp_path / "out.npz") as out:
-            assert out.files == ["result0", "result1"]
-            np.testing.assert_array_equal(out["result0"], x * ids)
-            np.testing.assert_array_equal(out["result1"], w * ids)
+            assert out.files == ["d_params['w']", "d_x"]  # the gradients, named after the arguments
+            np.testing.assert_array_equal(out["d_params['w']"], x * ids)
+            np.testing.assert_array_equal(out["d_x"], w * ids)
     np.savez(tmp_path / "short.npz", w=w)
     np.savez(tmp_path / "extra.npz", w, x, ids, y=x)
     for args, message in (
