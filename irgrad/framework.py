@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from . import dtypes
+from .boundary import RESULT_NAME
 from .passes import hlo
 from .passes.mlir import context, dtype_name, elem, element_type, ir, shape as value_shape
 
@@ -241,13 +242,21 @@ class Graph:
     def arg_name(self, value: ir.Value) -> str:
         return self._arg_names.get(value, "arg")
 
-    def finish(self, results: Sequence[Tensor] | Sequence[ir.Value]) -> None:
-        """End the function: return ``results`` and fix the function type."""
+    def finish(self, results: Sequence[Tensor] | Sequence[ir.Value],
+               names: Sequence[str | None] | None = None) -> None:
+        """End the function: return ``results`` and fix the function type. ``names`` (one per
+        result, None for none: ``nest.leaf_names``) name the results in the module
+        (``irgrad.name`` result attributes; signatures, ``irgrad inspect`` and ``.npz`` show them)."""
         values = [r.value if isinstance(r, Tensor) else r for r in results]
         with context(), ir.Location.name("return"), ir.InsertionPoint(self.entry_block):
             hlo.return_(values)
         hlo.set_function_type(self.func, [a.type for a in self.entry_block.arguments],
                               [v.type for v in values])
+        if names is not None and any(names):
+            padded = list(names)[:len(values)] + [None] * (len(values) - len(names))
+            with context():
+                self.func.attributes["res_attrs"] = ir.ArrayAttr.get([
+                    ir.DictAttr.get({} if n is None else {RESULT_NAME: ir.StringAttr.get(n)}) for n in padded])
 
     # --- private functions (composite decompositions) ---
     def private_function(self, key: str, build) -> str:

@@ -18,6 +18,21 @@ def flatten(structure: Any) -> list[Any]:
     return [structure]
 
 
+def leaf_names(structure: Any) -> list[str | None]:
+    """A name per leaf of ``flatten(structure)``: the path of dict keys and namedtuple fields
+    to it, ``/``-joined (``{"loss": l, "grads": [g, h]}`` -> ``grads/0, grads/1, loss``);
+    None for a leaf reached by positions only (a tuple's items, a lone tensor)."""
+    def walk(s: Any, path: list[str], named: bool) -> list[str | None]:
+        if isinstance(s, dict):
+            return [n for k in sorted(s, key=repr) for n in walk(s[k], [*path, str(k)], True)]
+        if _is_namedtuple(s):
+            return [n for f, x in zip(s._fields, s) for n in walk(x, [*path, f], True)]
+        if isinstance(s, (list, tuple)):
+            return [n for i, x in enumerate(s) for n in walk(x, [*path, str(i)], named)]
+        return ["/".join(path) if named else None]
+    return walk(structure, [], False)
+
+
 def pack_sequence_as(structure: Any, leaves: list[Any]) -> Any:
     it = iter(leaves)
 

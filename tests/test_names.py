@@ -202,3 +202,23 @@ def test_model_function_near_miss(tmp_path):
     result = RUNNER.invoke(app, ["emit", f"{tmp_path / 'model.py'}:doubel"])
     assert result.exit_code == 2
     assert "has no 'doubel' (ig.functions in it: double); did you mean 'double'?" in result.stderr
+
+
+def test_frontend_names_results_by_their_dict_keys():
+    """``nest.leaf_names`` names an ig.function's return leaves by dict key (positions: no
+    name); ``Graph.finish(..., names=)`` writes them into the module."""
+    from irgrad.framework import Graph
+    from irgrad.function import emit_text
+    from irgrad.nest import flatten, leaf_names
+
+    assert leaf_names((1, 2)) == [None, None] and leaf_names(3) == [None]
+    graph = Graph("f")
+    with graph.as_default():
+        x = graph.add_argument((2,), ig.float32, "x")
+        out = {"loss": ig.reduce_sum(ig.sin(x)), "grads": [x * 2.0, x]}
+        assert leaf_names(out) == ["grads/0", "grads/1", "loss"]
+        graph.finish(flatten(out), names=leaf_names(out))
+    sig = parse_signatures(emit_text(graph.module))["f"]
+    assert repr(sig) == "f(x: 2xf32) -> (grads/0: 2xf32, grads/1: 2xf32, loss: f32)"
+    assert names(parse_signatures(passes.differentiate(emit_text(graph.module), vjp=True))["f_vjp"])[0] == [
+        "x", "d_grads/0", "d_grads/1", "d_loss"]
