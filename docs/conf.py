@@ -38,3 +38,13 @@ html_theme = "furo"
 html_title = f"irgrad {release}"
 # Links between pages are checked (-W); the source tree's own files are linked on GitHub-less
 # installs as plain paths, so nothing here reaches the network.
+
+
+
+
+def setup(app):
+    """``mlir`` blocks: Pygments has no MLIR lexer (LLVM IR's stops at StableHLO's attributes), so
+    they are shown as plain text; tests/test_readme.py parses and verifies them."""
+    from pygments.lexers.special import TextLexer
+
+    app.add_lexer("mlir", TextLexer)

@@ -30,7 +30,13 @@ EMIT_PIPELINE = "builtin.module(func.func(canonicalize,cse),symbol-dce)"
 
 
 class TensorSpec:
-    """The static shape and dtype of a tensor argument."""
+    """The static shape and dtype of a tensor argument (``tf.TensorSpec``).
+
+    ``ig.TensorSpec([8, 4])`` is a float32 8x4 argument; ``ig.TensorSpec([], ig.int32)`` an int32
+    scalar. ``name`` becomes the argument's name in the StableHLO module, in ``irgrad grad
+    --wrt`` and in the artifact's signatures (``irgrad inspect``). Used in ``input_signature``,
+    ``ig.export`` and ``f.lower``.
+    """
 
     def __init__(self, shape, dtype=dtypes.float32, name: str | None = None):
         if isinstance(shape, (int, np.integer)):
@@ -367,14 +373,55 @@ def function(fn: None = None, input_signature: Sequence[TensorSpec] | None = Non
 def function(fn: Callable[..., Any] | None = None, input_signature: Sequence[TensorSpec] | None = None,
              target: str = "llvm-cpu", device: str | None = None,
              **compile_flags: Any) -> Function | Callable[[Callable[..., Any]], Function]:
-    """Decorator (with or without arguments) making an ``ig.function``."""
+    """Make ``fn`` a compiled function, as ``tf.function``: ``@ig.function`` or ``@ig.function(...)``.
+
+    The first call for each input signature traces ``fn`` into a graph (ops on tensors record
+    nodes; Python runs once), lowers it to StableHLO, compiles it with IREE and caches the
+    artifact; later calls with the same signature only run it. A call returns numpy arrays in
+    the structure ``fn`` returned (tensor, tuple, list, dict; ``None`` stays ``None``).
+
+    Args:
+        fn: the Python function; omitted when used as ``@ig.function(...)``.
+        input_signature: a list of ``ig.TensorSpec``, one per argument. Without it, every call's
+            arguments decide: numpy arrays are tensor arguments (one trace per shape and dtype),
+            Python scalars static values (one trace per value), ``ig.Variable``s are captured,
+            their values passed in at call time. With it, ``f.lower()`` and ``irgrad compile
+            model.py:f`` need no example arguments, and other shapes are refused.
+        target: IREE compile target: ``"llvm-cpu"`` (``"cpu"``), ``"vmvx"``, ``"vulkan-spirv"``
+            (``"vulkan"``), ``"cuda"``, ``"rocm"``.
+        device: the IREE device to run on (``"local-task"``, ``"local-sync"``, ``"vulkan"``,
+            ``"cuda"``, ``"hip"``); ``None`` lets ``ig.load``'s rule pick.
+        **compile_flags: ``irgrad.runtime.CompileOptions`` fields: ``cpu``, ``triple``,
+            ``cuda_arch``, ``rocm_arch``, ``extra_flags``, ``memory_limit``, ``time_limit``.
+
+    Retracing: a new shape, dtype or Python value traces and compiles again (each compile also
+    lands in the disk cache, ``irgrad cache info``). Pass arrays, not Python numbers, for values
+    that change, or give an ``input_signature``.
+
+    Example::
+
+        @ig.function(input_signature=[ig.TensorSpec([3])])
+        def loss(x):
+            return ig.reduce_sum(ig.tanh(x) ** 2)
+
+        loss(np.ones(3, np.float32))       # a numpy float32 scalar
+        loss.lower().mlir                  # the StableHLO text; .compile() gives an ig.Artifact
+    """
     if fn is None:
         return lambda f: Function(f, input_signature, target, device, **compile_flags)
     return Function(fn, input_signature, target, device, **compile_flags)
 
 
 def export(fn: Callable[..., Any], *specs: Any, name: str | None = None) -> str:
-    """StableHLO module text of ``fn`` traced with ``specs`` (its public function is ``@name``)."""
+    """StableHLO module text of ``fn`` traced with ``specs`` (``ig.TensorSpec`` or example arrays).
+
+    The module's public function is named after the Python function (``def double`` gives
+    ``@double``; a lambda ``@_lambda_``) unless ``name`` is given. The text is pure StableHLO,
+    CHLO and func: ``irgrad grad``, ``passes.differentiate``, ``ig.compile`` or plain
+    ``iree-compile`` take it. With no ``specs``, an ``ig.function``'s ``input_signature`` is used.
+
+    Example: ``ig.export(lambda x: ig.sin(x) * 2.0, ig.TensorSpec([3]), name="f")``.
+    """
     f = fn if isinstance(fn, Function) else Function(fn)
     if name is not None:
         f = Function(f._fn, f.input_signature, f.target, f.device, **f.compile_flags)
@@ -385,7 +432,23 @@ def export(fn: Callable[..., Any], *specs: Any, name: str | None = None) -> str:
 
 
 def compile(mlir_text_or_lowered: str | Lowered, target: str = "llvm-cpu", **flags: Any) -> Artifact:  # noqa: A001
-    """Compile StableHLO text (or a ``Lowered``) with IREE into an ``ig.Artifact``."""
+    """Compile StableHLO text (or a ``Lowered``, what ``f.lower()`` returns) into an ``ig.Artifact``.
+
+    Targets (``target=``), and the device each runs on:
+
+    - ``"llvm-cpu"`` (``"cpu"``): this CPU by default (``cpu="host"``); ``cpu="generic"`` for any
+      CPU of the architecture; ``triple="aarch64-linux-gnu"`` or ``"riscv64-linux-gnu"``
+      cross-compiles. Runs on ``local-task`` or ``local-sync``.
+    - ``"vmvx"``: IREE's portable bytecode, slow, exact float64 (``local-task``).
+    - ``"vulkan-spirv"`` (``"vulkan"``): any Vulkan device (``vulkan``).
+    - ``"cuda"``: ``cuda_arch="sm_80"`` by default (``cuda``).
+    - ``"rocm"``: ``rocm_arch="gfx942"`` by default (``hip``).
+
+    ``**flags`` are ``irgrad.runtime.CompileOptions`` fields: also ``extra_flags`` (more
+    ``iree-compile`` flags), ``memory_limit`` and ``time_limit`` (past either the compile stops
+    with ``CompileError``). IREE workarounds are applied first, and the result is cached in memory
+    and on disk. ``artifact.save(path)`` writes it; ``ig.load`` runs it.
+    """
     if isinstance(mlir_text_or_lowered, Lowered):
         return mlir_text_or_lowered.compile(target, **flags)
     if not isinstance(mlir_text_or_lowered, str):

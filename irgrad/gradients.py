@@ -175,7 +175,22 @@ def graph_rule_lookup(graph) -> Callable[[ir.Operation], Any]:
 def gradients(ys, xs, grad_ys=None, name: str = "gradients", gate_gradients: bool = False,
               aggregation_method=None, stop_gradients=None,
               unconnected_gradients=UnconnectedGradients.NONE) -> list[Tensor | None]:
-    """Symbolic ``sum(dy/dx)`` over ``ys`` for each ``x`` in ``xs`` (``tf.gradients``)."""
+    """Symbolic ``sum(dy/dx)`` over ``ys`` for each ``x`` in ``xs``: TensorFlow's ``tf.gradients``.
+
+    Returns a list of ``len(xs)`` tensors (``None`` for an ``x`` no ``y`` depends on, zeros with
+    ``unconnected_gradients="zero"``). ``grad_ys`` seeds each ``y`` (ones when ``None``: a
+    vector-Jacobian product otherwise); ``stop_gradients`` holds tensors constant for this call;
+    ``aggregation_method`` is an ``ig.AggregationMethod``. Integer tensors are constants. The
+    result is part of the graph, so gradients of gradients work. Raises ``LookupError`` naming
+    the op type when an op on the path has no gradient, ``ValueError`` for a ``grad_ys`` of the
+    wrong length or shape or an unknown option, ``TypeError`` for a ``grad_ys`` of another dtype
+    than its ``y``, ``RuntimeError`` outside ``ig.function`` or a graph.
+
+    Example (inside ``@ig.function``)::
+
+        y = ig.reduce_sum(ig.tanh(x @ w))
+        dx, dw = ig.gradients(y, [x, w])
+    """
     graph = current_graph()
     unconnected = unconnected_policy(unconnected_gradients)
     aggregation = _aggregation(aggregation_method)

@@ -42,7 +42,17 @@ COMPOSITE_TANGENT_RULES: dict[str, TangentRule] = {}
 
 
 def adjoint(*names: str) -> Callable[[Rule], Rule]:
-    """Register the decorated function as the adjoint rule of ``names``."""
+    """Register the decorated function as the adjoint rule of the StableHLO ops ``names``.
+
+    A rule is ``rule(op, cotangents) -> tuple``: ``op`` the forward op, ``cotangents`` one per
+    result (``None``: a symbolic zero); it returns one cotangent per operand (``None``: no
+    gradient), built with ``irgrad.passes.hlo``. A name already registered raises ``KeyError``.
+    See docs/guides/adjoints.md::
+
+        @adjoint("stablehlo.tanh")
+        def _tanh(op, cts):
+            '''dx = ct * (1 - y * y)'''
+    """
     def register(rule: Rule) -> Rule:
         for name in names:
             if name in RULES or name in NONDIFFERENTIABLE:
@@ -53,7 +63,12 @@ def adjoint(*names: str) -> Callable[[Rule], Rule]:
 
 
 def composite_adjoint(*names: str) -> Callable[[Rule], Rule]:
-    """Register the adjoint of ``stablehlo.composite`` ops with one of ``names``."""
+    """Register the adjoint of ``stablehlo.composite`` ops whose ``name`` is one of ``names``.
+
+    The rule has ``adjoint``'s shape (``op`` is the composite). A composite without a rule is
+    differentiated through its decomposition; irgrad's own ``irgrad.relu``,
+    ``irgrad.stop_gradient`` and ``irgrad.custom_gradient`` are registered this way.
+    """
     def register(rule: Rule) -> Rule:
         for name in names:
             COMPOSITE_RULES[name] = rule
@@ -82,7 +97,12 @@ def composite_tangent(*names: str) -> Callable[[TangentRule], TangentRule]:
 
 
 def nondifferentiable(*names: str) -> None:
-    """Ops whose operands get no gradient (comparisons, integer and bit ops, iota...)."""
+    """Declare ops whose operands get no gradient (comparisons, integer and bit ops, iota...).
+
+    The reverse and forward drivers pass through them without error, as TensorFlow's
+    ``NotDifferentiable``; an op with an adjoint rule cannot be declared (``KeyError``).
+    Example: ``nondifferentiable("stablehlo.replica_id", "stablehlo.partition_id")``.
+    """
     for name in names:
         if name in RULES:
             raise KeyError(f"{name!r} already has an adjoint rule")
@@ -94,7 +114,11 @@ def has_rule(name: str) -> bool:
 
 
 class MissingAdjointError(LookupError):
-    """An op on the path from xs to ys has no adjoint rule."""
+    """An op on the path from ``xs`` to ``ys`` has no adjoint rule (a ``LookupError``).
+
+    The message names the op and its location, and says how to register a rule
+    (``@adjoint``, docs/guides/adjoints.md) or declare the op ``nondifferentiable``.
+    """
 
 
 def missing(op: ir.Operation, detail: str = "") -> MissingAdjointError:
