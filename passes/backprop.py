@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from . import hlo
 from .mlir import elem, ir, is_float, loc_name, shape, tensor_type
-from .registry import Cotangent, Rule, lookup, missing
+from .registry import Cotangent, MissingAdjointError, Rule, lookup, missing
 
 AGGREGATIONS = ("add_n", "tree")
 RuleFor = Callable[[ir.Operation], Rule | None]
@@ -297,6 +297,18 @@ def is_output(v: ir.Value) -> bool:
     return not _ACTIVE or v in _ACTIVE[-1][1]
 
 
+def _needs_static(op: ir.Operation) -> MissingAdjointError | None:
+    """One line for a rule that builds a static shape where ``op`` has a run-time one (``None``
+    when ``op``'s shapes are all static: the error is something else)."""
+    for k, v in enumerate(list(op.operands) + list(op.results)):
+        if isinstance(v.type, ir.RankedTensorType) and not hlo.is_static(v):
+            d = next(i for i, n in enumerate(shape(v)) if n == hlo.DYNAMIC)
+            what = f"operand {k}" if k < len(op.operands) else f"result {k - len(op.operands)}"
+            return MissingAdjointError(f"No adjoint rule for '{op.name}' at {op.location} over a dynamic "
+                                       f"dimension: dimension {d} of {what} ({v.type}) must be static.")
+    return None
+
+
 def _walk(order, pending, total, rule_for, gate, name) -> None:
     for op in reversed(order):
         cts = [total(r) for r in op.results]
@@ -310,7 +322,13 @@ def _walk(order, pending, total, rule_for, gate, name) -> None:
             rule = complex_rule(op, rule)
         operands = list(op.operands) if op.name not in _CAPTURING else op_inputs(op)
         with _grad_location(op, name):
-            grads = list(rule(op, cts))
+            try:
+                grads = list(rule(op, cts))
+            except ValueError as error:
+                refusal = _needs_static(op) if "static" in str(error) else None
+                if refusal is None:
+                    raise
+                raise refusal from None
             _check(op, operands, grads)
             if all(ct is None or hlo.is_zero_constant(ct) for ct in cts):
                 # Only symbolic zeros arrive: the operands the rule reaches get zeros, and

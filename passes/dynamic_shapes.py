@@ -260,10 +260,17 @@ def needs_annotation(op: ir.Operation) -> bool:
     return any(s == DYNAMIC and i not in known | expanding for i, s in enumerate(shape(op.operands[0])))
 
 
-def annotate_nonexpanding(module: ir.Module) -> int:
-    """Add ``known_nonexpanding_dimensions`` where it is provable; returns the number of ops changed."""
+def enclosing_function(op: ir.Operation) -> ir.Operation:
+    while op.name != "func.func" and op.parent is not None:
+        op = op.parent
+    return op
+
+
+def annotate_nonexpanding(module: ir.Module | ir.Operation) -> int:
+    """Add ``known_nonexpanding_dimensions`` where it is provable (in a module or one function);
+    returns the number of ops changed."""
     ops: list[ir.Operation] = []
-    _walk(module.operation, ops)
+    _walk(module.operation if isinstance(module, ir.Module) else module, ops)
     targets = [op for op in ops if needs_annotation(op)]
     if not targets:
         return 0

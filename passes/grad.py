@@ -216,11 +216,11 @@ def _gradients(wrt: list[int], vjp: bool, name: str, seed_names: Sequence[str] =
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
         seeds = [block.add_argument(y.type, ir.Location.name(seed_names[k]) if k < len(seed_names)
                                     else ir.Location.unknown()) if vjp
-                 else (hlo.ones(y.type) if carries(y) else None)
+                 else (hlo.like(1, y) if carries(y) else None)
                  for k, y in enumerate(ys)]
         xs = [block.arguments[i] for i in wrt]
         grads = backprop(ys, seeds, xs, name=name)
-        return [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
+        return [g if g is not None else hlo.zeros_like(x) for g, x in zip(grads, xs)]
     return derive
 
 

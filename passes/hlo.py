@@ -129,8 +129,34 @@ def is_zero_constant(v: Value) -> bool:
 
 
 def like(value: float | int, v: Value) -> Value:
-    """A constant with ``v``'s type, every element ``value``."""
-    return splat(value, v.type)
+    """A constant with ``v``'s type, every element ``value`` (sized at run time from ``v``
+    where its shape is dynamic)."""
+    return splat(value, v.type) if is_static(v) else fill(value, v)
+
+
+def shape_of(ref: Value) -> Value:
+    """``ref``'s shape as a 1-D i32 tensor: constants and ``get_dimension_size``s, concatenated
+    (the form ``dynamic_shapes`` reads)."""
+    parts = [reshape(dimension_size(ref, d), [1]) if n == DYNAMIC else constant(np.array([n], np.int32), "int32")
+             for d, n in enumerate(shape(ref))]
+    return concatenate(parts, 0) if len(parts) > 1 else parts[0] if parts else constant(np.zeros(0, np.int32), "int32")
+
+
+def fill(value: float | int, ref: Value, element: ir.Type | None = None) -> Value:
+    """``value`` everywhere in ``ref``'s run-time shape (``element`` type, default ``ref``'s)."""
+    return broadcast_like(splat(value, tensor_type([], element or elem(ref))), ref, [])
+
+
+def broadcast_like(x: Value, ref: Value, dims: Sequence[int]) -> Value:
+    """``broadcast_in_dim(x, ref's shape, dims)`` also where ``ref``'s shape is only known at run
+    time. A dynamic dimension of ``x`` is taken to be the size of ``ref``'s (it was derived from
+    it: a reduction, a cotangent), so it is marked non-expanding, as IREE 3.13 needs."""
+    if is_static(ref):
+        return broadcast_in_dim(x, shape(ref), dims)
+    nonexpanding = [i for i, n in enumerate(shape(x)) if n != 1]
+    return _create("stablehlo.dynamic_broadcast_in_dim", [tensor_type(shape(ref), elem(x))], [x, shape_of(ref)],
+                   {"broadcast_dimensions": i64_array(dims),
+                    "known_nonexpanding_dimensions": i64_array(nonexpanding)}).result
 
 
 def zeros(type_: ir.Type) -> Value:
@@ -339,6 +365,14 @@ def reshape(x: Value, shape_: Sequence[int]) -> Value:
     return _create("stablehlo.reshape", [tensor_type(shape_, elem(x))], [x]).result
 
 
+def dynamic_reshape(x: Value, sizes: Sequence[int | Value]) -> Value:
+    """``x`` reshaped to ``sizes``: ints, or scalar i32 values known at run time."""
+    parts = [reshape(d, [1]) if isinstance(d, Value) else constant(np.array([d], np.int32), "int32") for d in sizes]
+    extent = concatenate(parts, 0) if len(parts) > 1 else parts[0]
+    out = tensor_type([DYNAMIC if isinstance(d, Value) else d for d in sizes], elem(x))
+    return _create("stablehlo.dynamic_reshape", [out], [x, extent]).result
+
+
 def transpose(x: Value, perm: Sequence[int]) -> Value:
     perm = [int(p) for p in perm]
     if perm == list(range(len(perm))):
@@ -436,7 +470,9 @@ def reduce(x: Value, dims: Sequence[int], kind: str) -> Value:
     xs = shape(x)
     dims = sorted(int(d) for d in dims)
     if any(xs[d] == 1 for d in dims):
-        x = reshape(x, [n for i, n in enumerate(xs) if not (i in dims and n == 1)])
+        kept = [i for i, n in enumerate(xs) if not (i in dims and n == 1)]
+        x = reshape(x, [xs[i] for i in kept]) if is_static(x) else \
+            dynamic_reshape(x, [dimension_size(x, i) if xs[i] == DYNAMIC else xs[i] for i in kept])
         dims = [d - sum(1 for e in dims if e < d and xs[e] == 1) for d in dims if xs[d] != 1]
     if not dims:
         return x

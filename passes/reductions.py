@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import hlo
 from .hlo import broadcast_in_dim, compare, divide, multiply, select, splat
-from .mlir import ir, shape
+from .mlir import elem, ir, shape
 from .indexing import selection_reduce
 from .forward import by_transposition, linear
 from .registry import adjoint, missing, tangent
@@ -32,7 +32,9 @@ def reduce_kind(op: ir.Operation) -> str | None:
 
 def _indicator(pred: ir.Value, like: ir.Type) -> ir.Value:
     """1.0 where ``pred`` holds, else 0.0 (a select: IREE's vmvx cannot convert i1 to f64)."""
-    return select(pred, splat(1, like), splat(0, like))
+    if hlo.is_static(pred):
+        return select(pred, splat(1, like), splat(0, like))
+    return select(pred, hlo.fill(1, pred, elem(like)), hlo.fill(0, pred, elem(like)))
 
 
 def _is_constant(v: ir.Value) -> bool:
@@ -56,8 +58,7 @@ def _reduce(op, cts):
     x, init = op.operands
     y = op.results[0]
     dims, kept = _kept(op, len(shape(x)))
-    xs = shape(x)
-    spread = lambda v: broadcast_in_dim(v, xs, kept)  # noqa: E731
+    spread = lambda v: hlo.broadcast_like(v, x, kept)  # noqa: E731
     need_init = not _is_constant(init)
     all_dims = range(len(shape(ct)))
     if kind == "add":
@@ -65,7 +66,7 @@ def _reduce(op, cts):
         return spread(ct), dinit
     if kind in ("max", "min"):
         hit = _indicator(compare(x, spread(y), "EQ"), x.type)
-        init_hit = _indicator(compare(broadcast_in_dim(init, shape(y), []), y, "EQ"), y.type)
+        init_hit = _indicator(compare(hlo.broadcast_like(init, y, []), y, "EQ"), y.type)
         count = hlo.add(hlo.reduce_sum(hit, dims), init_hit)
         share = divide(ct, count)
         dinit = hlo.reduce_sum(multiply(share, init_hit), all_dims) if need_init else None

@@ -11,13 +11,13 @@ from .choices import sum_by_vecmat
 from .hlo import read_i64_array
 from .mlir import elem, is_float_type, shape, tensor_type
 from .forward import diagonal, linear
-from .registry import adjoint, tangent
+from .registry import MissingAdjointError, adjoint, tangent
 
 
 def _sum(ct, dims):
     """ct summed over ``dims``: ``ones · ct`` where ``choices.sum_by_vecmat`` says so."""
     dims, ys = sorted(dims), shape(ct)
-    if all(ys[d] == 1 for d in dims) or not sum_by_vecmat(ys, dims, is_float_type(elem(ct))):
+    if all(ys[d] == 1 for d in dims) or not hlo.is_static(ct) or not sum_by_vecmat(ys, dims, is_float_type(elem(ct))):
         return hlo.reduce_sum(ct, dims)
     ones = hlo.ones(tensor_type([ys[d] for d in dims], elem(ct)))
     return hlo.dot_general(ones, ct, [], [], list(range(len(dims))), dims)
@@ -38,6 +38,54 @@ def _broadcast_in_dim(op, cts):
     order = sorted(range(len(kept)), key=lambda i: kept[i])
     total = hlo.transpose(total, [order.index(i) for i in range(len(kept))]) if kept != sorted(kept) else total
     return (hlo.reshape(total, xs),)
+
+
+@adjoint("stablehlo.dynamic_broadcast_in_dim")
+def _dynamic_broadcast_in_dim(op, cts):
+    """as broadcast_in_dim: dx = ct summed over the new dims and the size-1 dims it expands. A
+    dynamic operand dim must be known not to expand (``dynamic_shapes`` proves it where it can):
+    whether it was 1 is a run-time fact that the adjoint's shape cannot follow."""
+    from .dynamic_shapes import annotate_nonexpanding, enclosing_function
+    (ct,) = cts
+    x = op.operands[0]
+    dims = read_i64_array(op, "broadcast_dimensions")
+    xs, ys = shape(x), shape(ct)
+
+    def known():
+        return set(read_i64_array(op, "known_nonexpanding_dimensions")) \
+            if "known_nonexpanding_dimensions" in op.attributes else set()
+
+    unknown = [i for i, n in enumerate(xs) if n == hlo.DYNAMIC and i not in known()]
+    if unknown:
+        annotate_nonexpanding(enclosing_function(op))
+        unknown = [i for i, n in enumerate(xs) if n == hlo.DYNAMIC and i not in known()]
+    if unknown:
+        raise MissingAdjointError(
+            f"No adjoint rule for 'stablehlo.dynamic_broadcast_in_dim' at {op.location} when operand dimension "
+            f"{unknown[0]} ({x.type}) may be a size-1 broadcast only known at run time: give the op "
+            f"known_nonexpanding_dimensions, or broadcast from a static size.")
+    summed = [d for d in range(len(ys)) if d not in dims]
+    summed += [d for i, d in enumerate(dims) if xs[i] == 1 and ys[d] != 1]
+    total = _sum(ct, summed)
+    kept = [d for d in dims if d not in summed]
+    order = sorted(range(len(kept)), key=lambda i: kept[i])
+    total = hlo.transpose(total, [order.index(i) for i in range(len(kept))]) if kept != sorted(kept) else total
+    if shape(total) != xs:
+        total = hlo.reshape(total, xs) if hlo.is_static(total) else _dynamic_reshape(total, x)
+    return (total, None)
+
+
+def _dynamic_reshape(v, ref):
+    """``v`` reshaped to ``ref``'s run-time shape."""
+    return hlo.dynamic_reshape(v, [hlo.dimension_size(ref, d) if n == hlo.DYNAMIC else n
+                                   for d, n in enumerate(shape(ref))])
+
+
+@adjoint("stablehlo.dynamic_reshape")
+def _dynamic_reshape_rule(op, cts):
+    """dx = reshape(ct, x's run-time shape); the shape operand gets nothing"""
+    x = op.operands[0]
+    return (hlo.reshape(cts[0], shape(x)) if hlo.is_static(x) else _dynamic_reshape(cts[0], x)), None
 
 
 @adjoint("stablehlo.broadcast")
