@@ -25,14 +25,15 @@ from . import passes, runtime
 from .boundary import IRError, module_text
 from .function import Function, compile_text, export
 from .runtime.artifact import atomic_write
-from .runtime.vmfb import signatures_from_metadata
+from .runtime.vmfb import read_sidecar, signatures_from_metadata
 from .runtime.options import TARGET_FLAGS
 from .passes.grad import ChoiceError, suggestion as did_you_mean
 
 __all__ = [
     "USAGE", "FAILURE", "CLIError", "did_you_mean", "one_line", "parse_wrt", "import_model", "model_function",
     "load_source", "read_mlir", "located", "with_file_locations", "write_text", "adjoints", "argument_lines",
-    "compile_blaming", "pick_function", "signature_lines", "describe_artifact", "training_lines", "describe_targets",
+    "compile_blaming", "pick_function", "signature_lines", "artifact_metadata", "describe_artifact", "training_lines",
+    "describe_targets",
 ]
 
 USAGE = 2  # click's exit status for a bad command line
@@ -224,8 +225,8 @@ def compile_blaming(forward: str, text: str, options: runtime.CompileOptions, ca
         raise
 
 
-def adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
-             jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None,
+def adjoints(text: str, func: str | None = None, wrt: str | None = None, *, grad: bool = False, vjp: bool = False,
+             with_value: bool = False, jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None,
              train: str | None = None, lr: float | None = None, prox_mu: float | None = None) -> str:
     """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian / @F_train_init and @F_train_step
     added (unchanged when none is asked for). With ``prox_mu`` (FedProx, needs ``train``),
@@ -311,6 +312,17 @@ def pick_function(names: Sequence[str], function: str | None, artifact: object) 
 def signature_lines(functions: dict) -> list[str]:
     """One indented line per function signature (``  f(2x3xf32) -> (f32)``), in order."""
     return [f"  {signature!r}" for signature in functions.values()]
+
+
+def artifact_metadata(path: Path) -> tuple[bytes, dict]:
+    """An artifact's bytes and metadata (checked, no device needed); errors name the file."""
+    if not path.is_file():
+        raise CLIError(f"{path}: no such file", USAGE)
+    data = path.read_bytes()
+    try:
+        return data, runtime.read_metadata(data, read_sidecar(path))
+    except runtime.ArtifactError as error:
+        raise runtime.ArtifactError(f"{path}: {error}") from None
 
 
 def describe_artifact(path: Path, size: int, metadata: dict) -> str:

@@ -24,7 +24,7 @@ from .tools import did_you_mean, one_line
 
 __all__ = [
     "MAX_PRINTED_ELEMENTS", "numpy_dtype", "parse_type", "parse_value", "read_npy", "read_npz",
-    "arguments_from_npz", "parse_input", "format_array", "parse_output", "save_array", "write_npz",
+    "arguments_from_npz", "parse_input", "format_array", "parse_output", "save_array", "read_run_specs", "write_npz",
     "report_results",
 ]
 
@@ -222,6 +222,29 @@ def save_array(array: np.ndarray, path: Path, append: bool) -> None:
             np.save(f, array, allow_pickle=False)
         else:
             f.write(np.ascontiguousarray(array).tobytes())
+
+
+def read_run_specs(inputs: Sequence[str], outputs: Sequence[str]):
+    """``irgrad run``'s ``--input`` and ``--output`` specs, read: ``(arguments, sinks)``, where
+    ``arguments(signature)`` gives the argument arrays (from one ``@args.npz`` by name or
+    position, ``arguments_from_npz``, or from each spec in order) and ``sinks`` are
+    ``parse_output``'s. ValueError, naming the spec, for any spec that cannot be read."""
+    parsed = [parse_input(spec) for spec in inputs]
+    sinks = [parse_output(spec) for spec in outputs]
+    archives = [(spec, p) for spec, p in zip(inputs, parsed) if isinstance(p, dict)]
+    if archives and len(parsed) > 1:
+        raise ValueError(f"--input {archives[0][0]} holds every argument: give it alone")
+    if any(path is not None and path.suffix == ".npz" for _, path in sinks) and len(sinks) > 1:
+        raise ValueError("an --output @FILE.npz takes every result: give it alone")
+
+    def arguments(signature: Signature) -> list[np.ndarray]:
+        if len(sinks) > len(signature.outputs):
+            count = f"{len(signature.outputs)} result" + ("" if len(signature.outputs) == 1 else "s")
+            raise ValueError(f"{len(sinks)} --output given, but {signature.name} returns {count}")
+        if archives:
+            return arguments_from_npz(archives[0][1], signature, archives[0][0][1:])
+        return [array for arrays in parsed for array in arrays]  # type: ignore[union-attr]
+    return arguments, sinks
 
 
 def write_npz(file: Any, arrays: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import irgrad
 from irgrad import runtime as rt
 from irgrad import cli as cli_module
-from irgrad import tools, values
+from irgrad import console, tools, values
 from irgrad.cli import app
 from irgrad.runtime.options import TARGET_FLAGS, CompileOptions, Target
 from irgrad.console import progress
@@ -316,12 +316,12 @@ def test_read_and_write_text(tmp_path, capsys):
 
 def test_adjoints_and_load_source(work):
     text, name = tools.load_source(str(work / "f.mlir"))
-    assert name is None and tools.adjoints(text, None, None, False, False, False) == text
+    assert name is None and tools.adjoints(text, None, None) == text
     with pytest.raises(CLIError, match="--with-value and --wrt need --grad or --vjp"):
-        tools.adjoints(text, None, "0", False, False, False)
+        tools.adjoints(text, None, "0")
     with pytest.raises(CLIError, match="--loop-checkpoints needs --grad or --vjp"):
-        tools.adjoints(text, None, None, False, False, False, loop_checkpoints="sqrt")
-    assert "@f_grad(" in tools.adjoints(text, "f", "0", True, False, False)
+        tools.adjoints(text, None, None, loop_checkpoints="sqrt")
+    assert "@f_grad(" in tools.adjoints(text, "f", "0", grad=True)
     text, name = tools.load_source(f"{work}/model.py:loss")
     assert name == "loss" and "func.func @loss(" in text
     with pytest.raises(CLIError, match=r"name the function as .*model.py:FUNCTION \(ig.functions in it: "
@@ -435,7 +435,7 @@ def test_usage_errors_are_one_line():
 
 
 def test_long_messages_are_cut(capsys):
-    assert cli_module._fail("x" * 5000, 1) == 1
+    assert console.fail("x" * 5000, 1) == 1
     line = capsys.readouterr().err
     assert line.count("\n") == 1 and len(line) < 1000 and "--debug" in line
 
@@ -461,15 +461,17 @@ def test_grad_writes_adjoints(work, tmp_path):
     text = out.read_text()
     for name in ("@f(", "@f_grad(", "@f_vjp("):
         assert name in text
-    # wrt defaults to the float arguments: two gradients, none for the i32.
-    assert re.search(r"@f_grad\(.*\) -> \(tensor<3xf32>, tensor<3xf32>\)", text)
+    # wrt defaults to the float arguments: two gradients, none for the i32, named after them.
+    assert re.search(r'@f_grad\(.*\) -> \(tensor<3xf32> \{irgrad.name = "d_arg0"\}, '
+                     r'tensor<3xf32> \{irgrad.name = "d_arg1"\}\)', text)
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
 
 def test_grad_to_stdout_with_options(work):
     result = invoke("grad", work / "f.mlir", "--wrt", "1", "--with-value")
     assert result.exit_code == 0, result.output
-    assert re.search(r"@f_grad\(.*\) -> \(tensor<3xf32>, tensor<3xf32>\)", result.stdout)
+    assert re.search(r'@f_grad\(.*\) -> \(tensor<3xf32>, tensor<3xf32> \{irgrad.name = "d_arg1"\}\)',
+                     result.stdout)
 
 
 def test_grad_missing_adjoint_leaves_output_untouched(work, tmp_path):
@@ -539,7 +541,8 @@ def test_emit(work):
     assert "func.func @loss(" in result.stdout and "_grad" not in result.stdout
     result = invoke("emit", f"{work}/model.py:loss", "--grad", "--vjp", "--with-value")
     assert result.exit_code == 0, result.output
-    assert re.search(r"@loss_grad\(.*\) -> \(tensor<f32>, tensor<2x3xf32>, tensor<3xf32>\)", result.stdout)
+    assert re.search(r'@loss_grad\(.*\) -> \(tensor<f32>, tensor<2x3xf32> \{irgrad.name = "d_arg0"\}, '
+                     r'tensor<3xf32> \{irgrad.name = "d_arg1"\}\)', result.stdout)
     assert "@loss_vjp(" in result.stdout
 
 
