@@ -194,11 +194,8 @@ def profile(
 ) -> None:
     """Time each dispatch of a function alone (IREE's per-dispatch benchmarks) and show its share."""
     text, name = load_source(source)
-    function = func or name
+    function = pick_function(list(runtime.parse_signatures(text)), func or name, source)
     if grad:
-        if function is None:  # differentiate() takes the only public function, or says to name one
-            names = list(runtime.parse_signatures(text))
-            function = names[0] if len(names) == 1 else None
         text = adjoints(text, function, wrt, grad=True, with_value=True)
         function = f"{function}_grad"
     elif wrt is not None:

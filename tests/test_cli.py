@@ -807,3 +807,26 @@ def test_cache_info_and_clear(tmp_path, monkeypatch):
     usage = cli("cache", "bogus")
     assert usage.returncode == 2 and "No such command 'bogus'" in error_line(usage)
     assert cli("cache").returncode == 0
+
+
+# ----- shared options and exit codes (issue 33) ------------------------------------------------
+
+@pytest.mark.parametrize("command", ["grad", "compile", "profile", "run", "viz"])
+def test_func_and_function_are_one_option_everywhere(command):
+    shown = invoke(command, "--help")
+    assert shown.exit_code == 0
+    assert "--func" in shown.stdout and "--function" in shown.stdout and "-f" in shown.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["grad", "{work}/f.mlir", "--wrt", "A"],                  # a --wrt name the module lacks
+    ["grad", "{work}/f.mlir", "--function", "g"],            # a function name
+    ["profile", "{work}/f.mlir", "--function", "ff"],
+    ["emit", "{work}/model.py:los"],
+])
+def test_names_that_name_nothing_are_usage_errors(work, args):
+    result = invoke(*[a.format(work=work) for a in args])
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    if args[-1] in ("ff", "los"):
+        assert "did you mean" in line
