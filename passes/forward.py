@@ -117,7 +117,7 @@ def _check(op: ir.Operation, results: Sequence[ir.Value], tangents: Sequence[Tan
 
 def zero_filled(values: Sequence[ir.Value], ts: Sequence[Tangent]) -> list[ir.Value]:
     """The tangents with zeros for the float values that have none (non-float values kept)."""
-    return [t if t is not None else (hlo.zeros(v.type) if carries(v) else v) for v, t in zip(values, ts)]
+    return [t if t is not None else (hlo.zeros_like(v) if carries(v) else v) for v, t in zip(values, ts)]
 
 
 def _float_results(op: ir.Operation, values: Sequence[ir.Value]) -> list[Tangent]:

@@ -11,7 +11,7 @@ from .choices import sum_by_vecmat
 from .hlo import read_i64_array
 from .mlir import elem, is_float_type, shape, tensor_type
 from .forward import diagonal, linear
-from .registry import MissingAdjointError, adjoint, tangent
+from .registry import MissingAdjointError, adjoint, nondifferentiable, tangent
 
 
 def _sum(ct, dims):
@@ -188,6 +188,9 @@ def _optimization_barrier(op, cts):
 
 tangent("stablehlo.broadcast_in_dim", "stablehlo.broadcast", "stablehlo.set_dimension_size", "stablehlo.reshape",
         "stablehlo.transpose", "stablehlo.reverse", "stablehlo.concatenate", "stablehlo.slice", "stablehlo.pad",
-        "stablehlo.optimization_barrier")(linear)
+        "stablehlo.optimization_barrier", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape")(linear)
 # reduce_precision's adjoint passes the cotangent straight through; its tangent does the same.
 tangent("stablehlo.reduce_precision")(diagonal)
+
+# A run-time size: an integer, no derivative.
+nondifferentiable("stablehlo.get_dimension_size")
