@@ -31,6 +31,7 @@ from .mlir import elem, ir, shape, tensor_type
 from .patches import Windows, col2im, patches
 from .forward import bilinear
 from .registry import adjoint, tangent
+from .summation import THRESHOLD
 
 Spec = tuple[int, ...]
 
@@ -206,7 +207,51 @@ class Matmul:
             out = hlo.transpose(hlo.dot_general(p, k, [2], [2], [1, 3], [0, 1], element), [1, 0, 2])
         return hlo.reshape(out, [*self.out, self.cout])
 
+    def depthwise_weight_gradient(self, x: ir.Value, dy: ir.Value, element: ir.Type) -> ir.Value:
+        """The weight gradient of a depthwise convolution with one output per input feature
+        (x ``[B, *S, C]``, dy ``[B, *Q, C]``) as a depthwise convolution itself: the input,
+        batch folded into its features (``[1, *S, B·C]``), correlated with dy as the kernel
+        (``[*Q, 1, B·C]``; the old strides become its dilation), then a sum over B. IREE runs
+        depthwise convolutions without materialising the ``taps``× patches.
+
+        Each of its outputs sums ``prod(Q)`` terms in one running sum; past
+        ``summation.THRESHOLD`` the rows of Q are cut into chunks that join the batch (their
+        windows of x sliced from the padded input), so no running sum is longer and the sum over
+        the batch is a blocked one (``summation``), as the patches' sum over rows was."""
+        n, c = len(self.kernel), self.c
+        batch, channels, q = self.x_shape[0], self.cin, self.out[1:]
+        padding = c.padding
+        rows = _chunk_rows(q)
+        if rows < q[0]:
+            zero = hlo.zeros(tensor_type([], elem(x)))
+            x = hlo.pad(x, zero, [0, *[lo for lo, _ in padding], 0], [0, *[hi for _, hi in padding], 0],
+                        [0] * (n + 2))
+            padding = [(0, 0)] * n
+            stride = c.strides[0]
+            span = (rows - 1) * stride + (self.kernel[0] - 1) * c.rhs_dilation[0] + 1
+            full = list(shape(x))
+            chunks = q[0] // rows
+            x = hlo.concatenate([hlo.slice(x, [0, k * rows * stride, *[0] * n], [full[0], k * rows * stride + span,
+                                                                                 *full[2:]], [1] * (n + 2))
+                                 for k in range(chunks)], 0)
+            dy = hlo.reshape(dy, [batch, chunks, rows, *q[1:], channels])
+            dy = hlo.reshape(hlo.transpose(dy, [1, 0, *range(2, n + 3)]), [chunks * batch, rows, *q[1:], channels])
+            batch *= chunks
+        perm = [*range(1, n + 1), 0, n + 1]
+        xt = hlo.reshape(hlo.transpose(x, perm), [1, *shape(x)[1:n + 1], batch * channels])
+        dyt = hlo.reshape(hlo.transpose(dy, perm), [*shape(dy)[1:n + 1], 1, batch * channels])
+        spec = (0, n + 1, *range(1, n + 1))
+        out = hlo.convolution(xt, dyt, (spec, (n + 1, n, *range(n)), spec), strides=c.rhs_dilation,
+                              padding=padding, lhs_dilation=[1] * n, rhs_dilation=c.strides,
+                              feature_group_count=batch * channels, precision=c.precision, element=element)
+        if list(shape(out)[1:n + 1]) != self.kernel:  # windows left over past the last tap
+            out = hlo.slice(out, [0] * (n + 2), [1, *self.kernel, batch * channels], [1] * (n + 2))
+        summed = hlo.reduce_sum(hlo.reshape(out, [*self.kernel, batch, channels]), [n])
+        return hlo.reshape(summed, [*self.kernel, 1, channels])
+
     def weight_gradient(self, x: ir.Value, ct: ir.Value, element: ir.Type) -> ir.Value:
+        if self.depthwise and self.cout == self.cin:
+            return self.depthwise_weight_gradient(x, ct, element)
         p, dy = self.patches(x), self.cotangent_matrix(ct)
         if self.depthwise:
             dw = self._product(hlo.reshape(p, [self.m, self.taps, self.groups]), "mtg", dy, "mgo", "tgo", element)
@@ -227,6 +272,13 @@ class Matmul:
             y = hlo.transpose(hlo.dot_general(dy, k, [1], [2], [2], [3], element), [1, 2, 0, 3])
         y = hlo.reshape(y, [*self.out, self.taps, self.cin])
         return col2im(y, self.x_shape, self.windows, len(self.x_shape) - 1)
+
+
+def _chunk_rows(q: list[int]) -> int:
+    """Rows of the output ``q`` per chunk of a depthwise weight gradient: the most that divide
+    ``q[0]`` and keep a chunk within ``summation.THRESHOLD`` terms (at least one row)."""
+    per_row = math.prod(q[1:])
+    return max([r for r in range(1, q[0] + 1) if q[0] % r == 0 and r * per_row <= THRESHOLD], default=1)
 
 
 def _matmul_adjoint(ct: ir.Value, lhs: ir.Value, kernel: ir.Value, c: Conv) -> tuple[ir.Value, ir.Value]:
@@ -263,7 +315,14 @@ def _convolution(op, cts):
     c = Conv(op)
     flip = [c.spec[1][2 + i] for i in c.reversed]  # window_reversal: a conv with a reversed kernel
     kernel = hlo.reverse(rhs, flip)
-    if c.by_matmul(lhs, rhs):
+    if c.by_matmul(lhs, rhs) and Matmul(c, lhs, kernel).depthwise:
+        # Depthwise: the input gradient is a depthwise convolution too (IREE runs those without
+        # patches; the forward stays one for the same reason, ``choices.conv_forward_by_matmul``).
+        lsp, rsp, osp = c.spec
+        mm = Matmul(c, lhs, kernel)
+        dw = mm.weight_gradient(hlo.transpose(lhs, _canonical(lsp)), hlo.transpose(ct, _canonical(osp)), elem(kernel))
+        dx, dw = _transpose_lhs(ct, lhs, kernel, c), _from_canonical(dw, _kernel_canonical(rsp))
+    elif c.by_matmul(lhs, rhs):
         dx, dw = _matmul_adjoint(ct, lhs, kernel, c)
     else:
         dx, dw = _transpose_lhs(ct, lhs, kernel, c), _transpose_rhs(ct, lhs, kernel, c)

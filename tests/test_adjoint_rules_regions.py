@@ -107,6 +107,12 @@ CONV_CASES = {
     # window_sum's phases: a kernel longer than twice the stride (two taps per phase and
     # axis), with padding that is cut at one end and negative at the other.
     "kernel_5_stride_3_padding_cut": conv_case([1, 11, 9, 2], [5, 4, 2, 3], stride=[3, 2], pad=[[2, -1], [-1, 3]]),
+    # Depthwise weight gradients as convolutions whose windows are dy: past summation.THRESHOLD
+    # output positions, dy's rows are cut into chunks that join the batch (2, 5 and 2 chunks).
+    "depthwise_chunked": conv_case([1, 40, 30, 2], [3, 3, 1, 2], pad=[[1, 1], [1, 1]], groups=2),
+    "depthwise_chunked_strided_dilated": conv_case([2, 70, 60, 2], [3, 3, 1, 2], stride=[2, 2], pad=[[2, 1], [2, 2]],
+                                                   rhs_dil=[2, 2], groups=2),
+    "depthwise_1d_chunked": conv_case([1, 2000, 2], [5, 1, 2], dn="[b, 0, f]x[0, i, o]->[b, 0, f]", groups=2),
 }
 
 
