@@ -156,7 +156,8 @@ def trace(fn: Callable, name: str, args: tuple, kwargs: dict) -> ConcreteFunctio
             values.append(t.value)
         variables = [v for v, t in graph.variable_reads.items() if t is not None]
         updates = [v for v, t in graph.variable_values.items() if t is not graph.variable_reads.get(v)]
-        graph.finish(values + [graph.variable_values[v].value for v in updates])
+        names = [n for n, leaf in zip(nest.leaf_names(outputs), leaves) if leaf is not None]
+        graph.finish(values + [graph.variable_values[v].value for v in updates], names=names)
     verify(graph.module, f"traced function {name!r}")
     return ConcreteFunction(graph, graph.name, specs, variables, outputs, slots, updates,
                             emit_text(graph.module))

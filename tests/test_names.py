@@ -222,3 +222,12 @@ def test_frontend_names_results_by_their_dict_keys():
     assert repr(sig) == "f(x: 2xf32) -> (grads/0: 2xf32, grads/1: 2xf32, loss: f32)"
     assert names(parse_signatures(passes.differentiate(emit_text(graph.module), vjp=True))["f_vjp"])[0] == [
         "x", "d_grads/0", "d_grads/1", "d_loss"]
+
+
+def test_an_ig_function_returning_a_dict_names_its_results():
+    f = ig.function(lambda x: {"loss": ig.reduce_sum(x * x), "y": x + 1.0},
+                    input_signature=[ig.TensorSpec([3], ig.float32, name="x")])
+    lowered = f.lower(ig.TensorSpec([3], ig.float32, name="x"))
+    assert repr(parse_signatures(lowered.mlir)[lowered.name]) == f"{lowered.name}(x: 3xf32) -> (loss: f32, y: 3xf32)"
+    out = f(np.ones(3, np.float32))
+    assert float(out["loss"]) == 3.0 and out["y"].tolist() == [2.0, 2.0, 2.0]
