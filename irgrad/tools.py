@@ -289,7 +289,8 @@ def argument_lines(text: str, func: str | None = None) -> str:
         lines.append(f"@{name}: {len(signature.inputs)} arguments (--wrt takes the index or the name)")
         width = max([len(n or "-") for n in names] + [4])
         for i, (arg, t) in enumerate(zip(names, signature.inputs)):
-            kind = "float: differentiable" if t.dtype.startswith(("float", "bfloat")) else "no gradient"
+            kind = ("float: differentiable" if t.dtype.startswith(("float", "bfloat"))
+                    else "complex: differentiable" if t.dtype.startswith("complex") else "no gradient")
             lines.append(f"  {i:>3}  {arg or '-':<{width}}  {t!s:<16} {kind}")
     return "\n".join(lines)
 

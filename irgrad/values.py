@@ -31,6 +31,11 @@ __all__ = [
 # iree-run-module prints at most this many elements of a result.
 MAX_PRINTED_ELEMENTS = 1024
 
+# Element types by spelling: StableHLO's, and for complex values MLIR's ``complex<f32>`` and
+# iree-run-module's ``cf64`` (its complex<f32>, named by the total width).
+_ELEMENTS = {**ELEMENT_DTYPES, "complex<f32>": "complex64", "complex<f64>": "complex128",
+             "cf64": "complex64", "cf128": "complex128"}
+
 
 def numpy_dtype(dtype: str) -> np.dtype:
     """The numpy dtype of an irgrad dtype name; bfloat16 needs the ml_dtypes package."""
@@ -44,17 +49,23 @@ def numpy_dtype(dtype: str) -> np.dtype:
 
 
 def parse_type(text: str) -> tuple[tuple[int, ...], str]:
-    """``2x3xf32`` -> ((2, 3), "float32"); ``f32`` -> ((), "float32")."""
-    *dims, element = text.strip().split("x")
-    if element not in ELEMENT_DTYPES:
-        raise ValueError(f"unknown element type {element!r}; allowed: {', '.join(ELEMENT_DTYPES)}")
+    """``2x3xf32`` -> ((2, 3), "float32"); ``f32`` -> ((), "float32"); ``2xcomplex<f32>`` (or
+    iree-run-module's ``2xcf64``) -> ((2,), "complex64")."""
+    text = text.strip()
+    *dims, element = text.split("x")
+    if text.endswith(">") and "xcomplex<" in "x" + text:  # 'complex' holds an x
+        head, _, tail = ("x" + text).rpartition("xcomplex<")
+        dims, element = head[1:].split("x") if head else [], "complex<" + tail
+    if element not in _ELEMENTS:
+        raise ValueError(f"unknown element type {element!r}; allowed: {', '.join(_ELEMENTS)}")
     if not all(d.isdigit() for d in dims):
         raise ValueError(f"bad shape {'x'.join(dims)!r}; expected static sizes such as 2x3")
-    return tuple(int(d) for d in dims), ELEMENT_DTYPES[element]
+    return tuple(int(d) for d in dims), _ELEMENTS[element]
 
 
 def parse_value(token: str, dtype: np.dtype) -> Any:
-    """One element of ``dtype`` from its text: 0/1/true/false for bool, decimal or 0x hex for integers."""
+    """One element of ``dtype`` from its text: 0/1/true/false for bool, decimal or 0x hex for integers,
+    Python's complex literals (``1+2j``, ``-0.5j``, ``3``; ``i`` for ``j`` too) for complex."""
     if dtype == np.bool_:
         value = {"0": False, "1": True, "false": False, "true": True}.get(token.lower())
         if value is None:
@@ -70,9 +81,11 @@ def parse_value(token: str, dtype: np.dtype) -> Any:
             raise ValueError(f"{value} is out of range for {dtype.name} [{info.min}, {info.max}]")
         return value
     try:
+        if dtype.kind == "c":
+            return complex(token.replace("i", "j") if token.lower().endswith("i") else token)
         return float(token)
     except ValueError:
-        raise ValueError(f"bad number {token!r}") from None
+        raise ValueError(f"bad {'complex ' if dtype.kind == 'c' else ''}number {token!r}") from None
 
 
 def read_npy(path: str) -> list[np.ndarray]:
@@ -131,7 +144,8 @@ def parse_input(spec: str) -> list[np.ndarray] | dict[str, np.ndarray]:
     * ``f32=3`` is a 0-d tensor. A bare ``3`` (an IREE VM scalar) is rejected:
       irgrad functions take tensors only.
     * element types: f16, bf16, f32, f64, i1 (0/1/true/false), i8..i64 (signed),
-      si8..si64, ui8..ui64; integers may be hex (0x10) and must fit the type.
+      si8..si64, ui8..ui64; integers may be hex (0x10) and must fit the type;
+      complex<f32> and complex<f64> (iree-run-module's cf64, cf128), values such as 1+2j.
     * ``2x2xf32=@file.bin``: raw little-endian bytes; ``@file.npy``: every array in
       a .npy file (several when numpy.save appended them), each one input.
     * ``@file.npz``: every argument, by name or position (``arguments_from_npz``): returned
@@ -175,7 +189,8 @@ def format_array(array: np.ndarray, type_name: str, limit: int = MAX_PRINTED_ELE
     """``2x2xf32=[1 2][3 4]``, iree-run-module's format.
 
     Floats print like C's %G (``1.23457E+08``, ``INF``, ``NAN``), bools as 0/1
-    (IREE prints i1 as hex bytes). After ``limit`` elements the rest is ``...``.
+    (IREE prints i1 as hex bytes), complex numbers as ``1+2j`` (IREE prints hex bytes: irgrad's
+    form reads back as an ``--input``). After ``limit`` elements the rest is ``...``.
     """
     left = [limit]
 
@@ -184,6 +199,9 @@ def format_array(array: np.ndarray, type_name: str, limit: int = MAX_PRINTED_ELE
             return "1" if x else "0"
         if array.dtype.kind in "iu":
             return str(int(x))
+        if array.dtype.kind == "c":
+            imag = format(float(x.imag), "G")
+            return f"{float(x.real):G}{'' if imag[0] in '+-' else '+'}{imag}j"
         return format(float(x), "G")
 
     def row(a: np.ndarray) -> str:

@@ -51,14 +51,20 @@ def _element_types() -> dict[str, tuple[np.dtype, Any]]:
         "uint16": (np.dtype(np.uint16), E.UINT_16),
         "uint32": (np.dtype(np.uint32), E.UINT_32),
         "uint64": (np.dtype(np.uint64), E.UINT_64),
+        "complex64": (np.dtype(np.complex64), E.COMPLEX_64),  # complex<f32>: 64 bits in all
+        "complex128": (np.dtype(np.complex128), E.COMPLEX_128),
     }
 
 
 # Result dtypes whose storage is the numpy dtype itself (bool, bfloat16: converted).
 _PLAIN_DTYPES = {name: np.dtype(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32",
-                                                   "int64", "uint8", "uint16", "uint32", "uint64")}
+                                                   "int64", "uint8", "uint16", "uint32", "uint64",
+                                                   "complex64", "complex128")}
 
-_PYTHON_KINDS = {"b": "biufV", "i": "iufV", "u": "iufV", "f": "fV"}
+# Python values (and lists of them) by numpy kind -> the kinds of dtype they convert to: bools fit
+# any numeric dtype, ints any integer, float or complex one (range-checked), floats float and
+# complex dtypes, complex numbers complex dtypes only.
+_PYTHON_KINDS = {"b": "biufcV", "i": "iufcV", "u": "iufcV", "f": "fcV", "c": "c"}
 
 
 def _bfloat16() -> np.dtype | None:
@@ -192,10 +198,9 @@ class Function:
                 given = np.asarray(arg)
             except ValueError as error:  # ragged nested lists
                 raise TypeError(f"{where}: cannot convert {type(arg).__name__} to {want.dtype}: {error}") from None
-            if given.dtype.kind not in "biuf":
+            if given.dtype.kind not in "biufc":
                 raise TypeError(f"{where}: cannot convert {type(arg).__name__} to {want.dtype}")
-            # Python bools fit any numeric dtype, ints any integer or float one
-            # (range-checked below), floats only float dtypes.
+            # (_PYTHON_KINDS: which values convert to which dtypes.)
             if dtype.kind not in _PYTHON_KINDS[given.dtype.kind]:
                 raise TypeError(f"{where}: cannot convert {given.dtype.name} values to {want.dtype}")
             try:

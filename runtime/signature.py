@@ -2,7 +2,7 @@
 from the ``iree.abi.declaration`` that IREE writes into every exported function.
 
 Shapes are tuples of ints, ``None`` for a dynamic dimension; dtypes are
-numpy-style names (``float32``, ``int64``, ``bool``, ...).
+numpy-style names (``float32``, ``int64``, ``bool``, ``complex64``, ...).
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ from ..boundary import ELEMENT_DTYPES, argument_names, parse, result_names
 
 __all__ = ["TensorType", "Signature", "DTYPES", "parse_signatures", "parse_declaration"]
 
-DTYPES: tuple[str, ...] = tuple(_DTYPE_SPELLINGS)
+# The frontend's dtypes, and the complex ones a module from another producer (or a complex
+# gradient) may take or return: complex64 is MLIR's complex<f32>, complex128 complex<f64>.
+_SPELLINGS: dict[str, str] = {**_DTYPE_SPELLINGS, "complex64": "complex<f32>", "complex128": "complex<f64>"}
+_ELEMENTS: dict[str, str] = {**ELEMENT_DTYPES, "complex<f32>": "complex64", "complex<f64>": "complex128"}
+DTYPES: tuple[str, ...] = tuple(_SPELLINGS)
+
+# A ranked tensor type's body (``2x?xf32``, ``3xcomplex<f32>``) and its dimensions and element.
+_TENSOR = re.compile(r"\s*tensor<((?:[^<>,]|<[^<>,]*>)*)>\s*")
+_DIMS = re.compile(r"((?:(?:\d+|\?)x)*)(.*)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +36,7 @@ class TensorType:
 
     def __str__(self) -> str:
         dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
-        return dims + _DTYPE_SPELLINGS[self.dtype]
+        return dims + _SPELLINGS[self.dtype]
 
     def matches_shape(self, shape: tuple[int, ...]) -> bool:
         """True when ``shape`` fits, a dynamic dimension accepting any size."""
@@ -45,14 +53,14 @@ class TensorType:
 
     @classmethod
     def from_mlir(cls, text: str) -> TensorType:
-        """Parses an MLIR ranked tensor type such as ``tensor<2x?xf32>``."""
-        match = re.fullmatch(r"\s*tensor<([^,>]*)>\s*", text)
+        """Parses an MLIR ranked tensor type such as ``tensor<2x?xf32>`` or ``tensor<3xcomplex<f32>>``."""
+        match = _TENSOR.fullmatch(text)
         if match is None:
             raise ValueError(f"unsupported type {text!r}; irgrad handles ranked tensors only")
-        *dims, element = match.group(1).split("x")
-        if element not in ELEMENT_DTYPES or any(d != "?" and not d.isdigit() for d in dims):
+        dims, element = _DIMS.fullmatch(match.group(1)).groups()  # type: ignore[union-attr]
+        if element not in _ELEMENTS:
             raise ValueError(f"unsupported type {text!r}; irgrad handles ranked tensors of {', '.join(DTYPES)}")
-        return cls(tuple(None if d == "?" else int(d) for d in dims), ELEMENT_DTYPES[element])
+        return cls(tuple(None if d == "?" else int(d) for d in dims.split("x")[:-1]), _ELEMENTS[element])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,8 +178,8 @@ def parse_signatures(text: str) -> dict[str, Signature]:
 # One argument or result of IREE's declaration, e.g.
 #   %input2: tensor<i8> {iree.abi.encoding = tensor<ui8>}
 _DECL_ITEM = re.compile(
-    r"%(?P<kind>input|output)\d+:\s*(?P<type>tensor<[^>]*>|[^,)\s]+)"
-    r"(?:\s*\{[^}]*iree\.abi\.encoding\s*=\s*(?P<encoding>tensor<[^>]*>)[^}]*\})?"
+    r"%(?P<kind>input|output)\d+:\s*(?P<type>tensor<(?:[^<>]|<[^<>]*>)*>|[^,)\s]+)"
+    r"(?:\s*\{[^}]*iree\.abi\.encoding\s*=\s*(?P<encoding>tensor<(?:[^<>]|<[^<>]*>)*>)[^}]*\})?"
 )
 
 
