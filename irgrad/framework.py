@@ -29,7 +29,8 @@ HOW_TO_TRACE = (
 
 
 class TensorShape(tuple):
-    """A static shape; compares equal to lists and tuples of the same dims."""
+    """A shape; compares equal to lists and tuples of the same dims. A dimension known only at
+    run time (``ig.TensorSpec([None, 4])``) is ``None``, as in TensorFlow."""
 
     def as_list(self) -> list[int]:
         return list(self)
@@ -40,8 +41,14 @@ class TensorShape(tuple):
 
     ndims = rank
 
-    def num_elements(self) -> int:
+    def num_elements(self) -> int | None:
+        if any(d is None for d in self):
+            return None
         return int(np.prod(self, dtype=np.int64))
+
+    @property
+    def is_fully_defined(self) -> bool:
+        return all(d is not None for d in self)
 
     def __eq__(self, other) -> bool:
         if isinstance(other, (list, tuple)):
@@ -228,7 +235,8 @@ class Graph:
         unique = self.unique_name(name)
         with context():
             value = self.entry_block.add_argument(
-                hlo.tensor_type(list(shape), element_type(dtype.name)), ir.Location.name(unique))
+                hlo.tensor_type([hlo.DYNAMIC if d is None else d for d in shape], element_type(dtype.name)),
+                ir.Location.name(unique))
         self._arg_names[value] = unique
         return Tensor(value, self)
 
@@ -377,7 +385,8 @@ class Tensor:
 
     @property
     def shape(self) -> TensorShape:
-        return TensorShape(value_shape(self.value))
+        dims = value_shape(self.value)
+        return TensorShape(dims if hlo.DYNAMIC not in dims else (None if d == hlo.DYNAMIC else d for d in dims))
 
     def get_shape(self) -> TensorShape:
         return self.shape

@@ -30,21 +30,24 @@ EMIT_PIPELINE = "builtin.module(func.func(canonicalize,cse),symbol-dce)"
 
 
 class TensorSpec:
-    """The static shape and dtype of a tensor argument (``tf.TensorSpec``).
+    """The shape and dtype of a tensor argument (``tf.TensorSpec``).
 
     ``ig.TensorSpec([8, 4])`` is a float32 8x4 argument; ``ig.TensorSpec([], ig.int32)`` an int32
-    scalar. ``name`` becomes the argument's name in the StableHLO module, in ``irgrad grad
-    --wrt`` and in the artifact's signatures (``irgrad inspect``). Used in ``input_signature``,
-    ``ig.export`` and ``f.lower``.
+    scalar; ``ig.TensorSpec([None, 4])`` takes any number of rows: the function traces once
+    into a module with a run-time dimension (``tensor<?x4xf32>``) and one compiled artifact
+    serves every size, as ``tf.function`` does. ``name`` becomes the argument's name in the
+    StableHLO module, in ``irgrad grad --wrt`` and in the artifact's signatures (``irgrad
+    inspect``). Used in ``input_signature``, ``ig.export`` and ``f.lower``.
     """
 
     def __init__(self, shape, dtype=dtypes.float32, name: str | None = None):
         if isinstance(shape, (int, np.integer)):
             shape = (shape,)
         dims = tuple(shape)
-        if any(d is None or int(d) < 0 for d in dims):
-            raise ValueError(f"TensorSpec shape {dims} has unknown dimensions; irgrad needs static shapes")
-        self.shape = TensorShape(int(d) for d in dims)
+        if any(d is not None and int(d) < 0 for d in dims):
+            raise ValueError(f"TensorSpec shape {dims} has a negative dimension; use None for a size "
+                             "known only at run time")
+        self.shape = TensorShape(None if d is None else int(d) for d in dims)
         self.dtype = dtypes.as_dtype(dtype)
         self.name = name
 
@@ -356,7 +359,7 @@ def conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
         raise TypeError(f"{fname}(): argument {index} has dtype {value.dtype}, but the input_signature "
                         f"expects {spec.dtype.name}")
     arr, _ = as_numpy(value, spec.dtype)
-    if tuple(arr.shape) != tuple(spec.shape):
+    if len(arr.shape) != len(spec.shape) or any(d is not None and n != d for n, d in zip(arr.shape, spec.shape)):
         raise ValueError(f"{fname}(): argument {index} has shape {tuple(arr.shape)}, but the "
                          f"input_signature expects {tuple(spec.shape)}")
     return arr

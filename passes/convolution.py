@@ -315,6 +315,14 @@ def _convolution(op, cts):
     c = Conv(op)
     flip = [c.spec[1][2 + i] for i in c.reversed]  # window_reversal: a conv with a reversed kernel
     kernel = hlo.reverse(rhs, flip)
+    if not (hlo.is_static(lhs) and hlo.is_static(ct)):
+        # A run-time batch: JAX's transposed convolutions (no patches, reshapes or slices of it).
+        lsp = c.spec[0]
+        dynamic = [d for d, n in enumerate(shape(lhs)) if n == hlo.DYNAMIC]
+        if dynamic != [lsp[0]] or not hlo.is_static(rhs) or c.batch_groups != 1:
+            raise ValueError(f"convolution: dimension {dynamic[0] if dynamic else '?'} needs a static size "
+                             "(only the input's batch dimension may be dynamic)")
+        return _transpose_lhs(ct, lhs, kernel, c), hlo.reverse(_transpose_rhs(ct, lhs, kernel, c), flip)
     if c.by_matmul(lhs, rhs) and Matmul(c, lhs, kernel).depthwise:
         # Depthwise: the input gradient is a depthwise convolution too (IREE runs those without
         # patches; the forward stays one for the same reason, ``choices.conv_forward_by_matmul``).

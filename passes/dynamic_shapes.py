@@ -469,6 +469,32 @@ def _compose_broadcast(op: ir.Operation) -> ir.Value | None:
     return new.result
 
 
+def _pad_reduce_window(op: ir.Operation) -> ir.Value | None:
+    """A padded (or base-dilated) reduce_window over an operand with a run-time dimension, which
+    IREE 3.13 refuses to legalize: the operands padded with the init values first (a
+    ``stablehlo.pad``), then the window without padding."""
+    rank = len(shape(op.operands[0]))
+    padding = hlo.read_padding(op, "padding", rank)
+    base = hlo.read_i64s(op, "base_dilations", [1] * rank)
+    n = len(op.results)
+    if all(p == (0, 0) for p in padding) and all(b == 1 for b in base) or \
+            all(hlo.is_static(v) for v in op.operands[:n]):
+        return None
+    inputs, inits = list(op.operands[:n]), list(op.operands[n:])
+    if any(lo < 0 or hi < 0 for lo, hi in padding):
+        return None
+    padded = [hlo.pad(x, init, [lo for lo, _ in padding], [hi for _, hi in padding], [b - 1 for b in base])
+              for x, init in zip(inputs, inits)]
+    new = op.clone(ir.InsertionPoint(op))
+    for i, v in enumerate(padded):
+        new.operands[i] = v
+    new.attributes["padding"] = hlo.padding_attr([(0, 0)] * rank)
+    new.attributes["base_dilations"] = hlo.i64_array([1] * rank)
+    for old, result in zip(op.results[1:], new.results[1:]):
+        old.replace_all_uses_with(result)
+    return new.results[0]
+
+
 def rewrite_dynamic(module: ir.Module) -> int:
     """Compose broadcast chains, group reshapes and contractions (see above); returns the count."""
     ops: list[ir.Operation] = []
@@ -481,6 +507,8 @@ def rewrite_dynamic(module: ir.Module) -> int:
             rewrite = _reshape_by_groups
         elif _dot_needs_groups(op):
             rewrite = _dot_by_groups
+        elif op.name == "stablehlo.reduce_window":
+            rewrite = _pad_reduce_window
         else:
             continue
         with ir.InsertionPoint(op), op.location:

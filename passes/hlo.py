@@ -159,6 +159,22 @@ def broadcast_like(x: Value, ref: Value, dims: Sequence[int]) -> Value:
                     "known_nonexpanding_dimensions": i64_array(nonexpanding)}).result
 
 
+def extent(sizes: Sequence[int | Value]) -> Value:
+    """A 1-D i32 shape tensor from ints and scalar i32 run-time sizes."""
+    parts = [reshape(d, [1]) if isinstance(d, Value) else constant(np.array([d], np.int32), "int32") for d in sizes]
+    return concatenate(parts, 0) if len(parts) > 1 else parts[0] if parts else constant(np.zeros(0, np.int32), "int32")
+
+
+def dynamic_broadcast(x: Value, sizes: Sequence[int | Value], dims: Sequence[int]) -> Value:
+    """``broadcast_in_dim(x, sizes, dims)`` where some ``sizes`` are scalar i32 run-time values.
+    A dimension of ``x`` that is not 1 is marked non-expanding (it is the size it lands on)."""
+    out = tensor_type([DYNAMIC if isinstance(d, Value) else d for d in sizes], elem(x))
+    nonexpanding = [i for i, n in enumerate(shape(x)) if n != 1]
+    return _create("stablehlo.dynamic_broadcast_in_dim", [out], [x, extent(sizes)],
+                   {"broadcast_dimensions": i64_array(dims),
+                    "known_nonexpanding_dimensions": i64_array(nonexpanding)}).result
+
+
 def zeros(type_: ir.Type) -> Value:
     return splat(0, type_)
 
@@ -403,10 +419,36 @@ def concatenate(xs: Sequence[Value], dimension: int) -> Value:
 
 
 def pad(x: Value, value: Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int]) -> Value:
-    s = [lo + hi + d + max(0, d - 1) * it for d, lo, hi, it in zip(shape(x), low, high, interior)]
+    s = [DYNAMIC if d == DYNAMIC else lo + hi + d + max(0, d - 1) * it
+         for d, lo, hi, it in zip(shape(x), low, high, interior)]
     return _create("stablehlo.pad", [tensor_type(s, elem(x))], [x, value], {
         "edge_padding_low": i64_array(low), "edge_padding_high": i64_array(high),
         "interior_padding": i64_array(interior)}).result
+
+
+def pad_or_crop(x: Value, value: Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int]) -> Value:
+    """``pad`` whose negative edges crop, also for operands with run-time dimensions (IREE 3.13
+    refuses a negative ``pad`` of those): the positive part padded, the rest cut by a
+    ``real_dynamic_slice``."""
+    if is_static(x) or all(lo >= 0 for lo in low) and all(hi >= 0 for hi in high):
+        return pad(x, value, low, high, interior)
+    p = pad(x, value, [max(0, lo) for lo in low], [max(0, hi) for hi in high], interior)
+    return crop(p, [max(0, -lo) for lo in low], [max(0, -hi) for hi in high], [1] * len(low))
+
+
+def crop(x: Value, low: Sequence[int], high: Sequence[int], strides: Sequence[int]) -> Value:
+    """``x[low : size - high : strides]`` in every dimension, run-time sizes included (a
+    ``real_dynamic_slice``, which IREE 3.13 compiles, where ``x`` has them)."""
+    xs = shape(x)
+    if is_static(x):
+        return slice(x, low, [n - hi for n, hi in zip(xs, high)], strides)
+    limit = [n - hi if n != DYNAMIC else dimension_size(x, d) if not hi else
+             subtract(dimension_size(x, d), splat(hi, tensor_type([], ir.IntegerType.get_signless(32))))
+             for d, (n, hi) in enumerate(zip(xs, high))]
+    out = [n if n == DYNAMIC else max(0, -(-(n - hi - lo) // st)) for n, lo, hi, st in zip(xs, low, high, strides)]
+    return _create("stablehlo.real_dynamic_slice", [tensor_type(out, elem(x))],
+                   [x, constant(np.array(low, np.int32), "int32"), extent(limit),
+                    constant(np.array(strides, np.int32), "int32")]).result
 
 
 def dynamic_slice(x: Value, starts: Sequence[Value], sizes: Sequence[int]) -> Value:
@@ -618,7 +660,10 @@ def padding_attr(pads: Sequence[tuple[int, int]]) -> ir.Attribute:
 
 def window_output(size: int, window: int, stride: int, low: int, high: int,
                   base_dilation: int = 1, window_dilation: int = 1) -> int:
-    """Number of window positions along one dimension (reduce_window, convolution)."""
+    """Number of window positions along one dimension (reduce_window, convolution); a run-time
+    size (``DYNAMIC``) stays one."""
+    if size == DYNAMIC:
+        return DYNAMIC
     padded = (size - 1) * base_dilation + 1 + low + high if size else low + high
     span = (window - 1) * window_dilation + 1
     return 0 if padded < span else (padded - span) // stride + 1
@@ -633,7 +678,7 @@ def convolution(lhs: Value, rhs: Value, spec: Sequence[Sequence[int]], *, stride
     (lb, lf, *ls), (ro, ri, *rs), (ob, of, *os_) = spec
     xs, ws = shape(lhs), shape(rhs)
     out = [0] * len(xs)
-    out[ob], out[of] = xs[lb] // batch_group_count, ws[ro]
+    out[ob], out[of] = xs[lb] if xs[lb] == DYNAMIC else xs[lb] // batch_group_count, ws[ro]
     for i, (a, b, c) in enumerate(zip(ls, rs, os_)):
         out[c] = window_output(xs[a], ws[b], strides[i], *padding[i], lhs_dilation[i], rhs_dilation[i])
     fmt = _int_list

@@ -112,7 +112,7 @@ def _custom_gradient(op, cts):
 def _relu(op, cts):
     """d x = select(x > 0, ct, 0)"""
     (x,), (ct,) = op.operands, cts
-    zeros = hlo.zeros(x.type)
+    zeros = hlo.like(0, x)
     return [hlo.select(hlo.compare(x, zeros, "GT"), ct, zeros)]
 
 

@@ -174,7 +174,8 @@ def _pad(op, cts):
         ct = hlo.pad(ct, zero, [max(0, -v) for v in low], [max(0, -v) for v in high], [0] * len(low))
         low, high = [max(0, v) for v in low], [max(0, v) for v in high]
     cs = shape(ct)
-    dx = hlo.slice(ct, low, [d - h for d, h in zip(cs, high)], [i + 1 for i in interior])
+    dx = hlo.slice(ct, low, [d - h for d, h in zip(cs, high)], [i + 1 for i in interior]) if hlo.is_static(ct) \
+        else hlo.crop(ct, low, high, [i + 1 for i in interior])
     all_ct, all_dx = range(len(cs)), range(len(shape(dx)))
     dvalue = hlo.subtract(hlo.reduce_sum(ct, all_ct), hlo.reduce_sum(dx, all_dx))
     return dx, dvalue

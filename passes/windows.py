@@ -31,6 +31,8 @@ The init value must be a constant (it is the identity in JAX's modules).
 """
 from __future__ import annotations
 
+import itertools
+
 from . import hlo
 from .choices import pool_by_patches
 from .mlir import elem, ir, shape, tensor_type
@@ -149,6 +151,46 @@ def is_constant(v: ir.Value) -> bool:
     return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant"
 
 
+def _dynamic_window(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Window) -> ir.Value:
+    """add / max / min over an operand with run-time dimensions (a batch), each of which the
+    window leaves alone (size, stride 1, no padding or dilation). Tap ``k`` of every window
+    (``xp[o * stride + k * dilation]``) is a pad (negative edges crop) and a size-1 strided
+    reduce_window; for max/min the first tap equal to the window's result wins (row-major
+    order, as select_and_scatter), an elementwise chain as in ``_patch_winner``. ``ct`` (where
+    tap ``k`` won) goes back by one interior/edge ``pad`` per tap. No slice or reshape needs a
+    static size (IREE 3.13 also refuses the variadic reduce_window ``_argwindow`` uses here)."""
+    xs, ys, rank = shape(x), shape(ct), len(shape(x))
+    for i, n in enumerate(xs):
+        if n == hlo.DYNAMIC and (w.dims[i], w.strides[i], tuple(w.padding[i]), w.base[i], w.dilation[i]) \
+                != (1, 1, (0, 0), 1, 1):
+            raise ValueError(f"reduce_window: a window along dimension {i} needs a static size")
+    if any(b != 1 for b in w.base):
+        raise ValueError("reduce_window: base dilation needs static sizes")
+    taps = list(itertools.product(*[range(d) for d in w.dims]))
+    offsets = [[kk * d - lo for kk, d, (lo, _) in zip(k, w.dilation, w.padding)] for k in taps]
+    first = None
+    if kind != "add":
+        pad_value, i32 = hlo.reshape(init, []), ir.IntegerType.get_signless(32)
+        y = hlo.reduce_window(x, pad_value, kind, w.dims, w.strides, w.padding, w.base, w.dilation)
+        ones = [1] * rank
+        first = hlo.like(len(taps), hlo.convert(ct, i32))
+        for number in reversed(range(len(taps))):
+            off = offsets[number]
+            high = [0 if n == hlo.DYNAMIC else (o - 1) * s + 1 - n + f
+                    for n, o, s, f in zip(xs, ys, w.strides, off)]
+            moved = hlo.pad_or_crop(x, pad_value, [-f for f in off], high, [0] * rank)
+            tap = hlo.reduce_window(moved, pad_value, kind, ones, w.strides, [(0, 0)] * rank, ones, ones)
+            first = hlo.select(hlo.compare(tap, y, "EQ"), hlo.like(number, first), first)
+    zero, total = _scalar_zero(ct), None
+    for number, off in enumerate(offsets):
+        term = ct if first is None else hlo.select(hlo.compare(first, hlo.like(number, first), "EQ"), ct,
+                                                   hlo.like(0, ct))
+        high = [0 if n == hlo.DYNAMIC else n - f - (o - 1) * s - 1 for n, o, s, f in zip(xs, ys, w.strides, off)]
+        placed = hlo.pad_or_crop(term, zero, off, high, [s - 1 for s in w.strides])
+        total = placed if total is None else hlo.add(total, placed)
+    return total
+
+
 @adjoint("stablehlo.reduce_window")
 def _reduce_window(op, cts):
     """add: d x = T(ct); max/min: ct to each window's first winner; mul: see the module docstring"""
@@ -158,6 +200,8 @@ def _reduce_window(op, cts):
         raise missing(op, " with this body or a non-constant init value")
     (ct,) = cts
     w = Window(op)
+    if not hlo.is_static(x) and kind in ("add", "max", "min"):
+        return _dynamic_window(x, init, ct, kind, w), None
     if kind == "add":
         if pool_by_patches(w.dims, w.base):
             return _spread(ct, shape(x), w.geometry()), None

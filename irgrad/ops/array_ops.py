@@ -12,7 +12,7 @@ from ..framework import Tensor
 from ..passes import hlo
 from ..passes.mlir import elem, ir
 from ..passes.regions import STOP_GRADIENT
-from .core import (as_numpy, broadcast_shape, constant_tensor, convert_to_tensor, current_graph, emit,
+from .core import (as_numpy, broadcast_shape, constant_tensor, convert_to_tensor, current_graph, element, emit,
                    normalize_axes, normalize_axis, same_dtype)
 
 
@@ -50,12 +50,22 @@ def ones(shape, dtype=dtypes.float32, name="ones") -> Tensor:
 
 def zeros_like(input, dtype=None, name="zeros_like") -> Tensor:  # noqa: A002
     x = convert_to_tensor(input)
+    if not x.shape.is_fully_defined:
+        return _filled_like(x, 0, dtype, name)
     return zeros(x.shape, dtype or x.dtype, name=name)
 
 
 def ones_like(input, dtype=None, name="ones_like") -> Tensor:  # noqa: A002
     x = convert_to_tensor(input)
+    if not x.shape.is_fully_defined:
+        return _filled_like(x, 1, dtype, name)
     return ones(x.shape, dtype or x.dtype, name=name)
+
+
+def _filled_like(x: Tensor, value, dtype, name: str) -> Tensor:
+    """``value`` in ``x``'s run-time shape."""
+    et = element(dtypes.as_dtype(dtype or x.dtype))
+    return emit(name, lambda: hlo.fill(value, x.value, et))
 
 
 def _static_shape(shape) -> tuple[int, ...]:
@@ -74,6 +84,8 @@ def _static_shape(shape) -> tuple[int, ...]:
 def reshape(tensor, shape, name=None) -> Tensor:
     x = convert_to_tensor(tensor)
     dims = list(_static_shape_allowing_minus_one(shape))
+    if not x.shape.is_fully_defined:
+        return _reshape_dynamic(x, dims, name or "Reshape")
     size = x.shape.num_elements()
     if dims.count(-1) > 1:
         raise ValueError(f"reshape: at most one -1 in shape {dims}")
@@ -88,6 +100,49 @@ def reshape(tensor, shape, name=None) -> Tensor:
     if tuple(dims) == tuple(x.shape):
         return x
     return emit(name or "Reshape", lambda: hlo.reshape(x.value, dims))
+
+
+def _reshape_dynamic(x: Tensor, dims: list[int], name: str) -> Tensor:
+    """``reshape`` of a tensor with run-time dimensions: a ``-1`` takes the run-time remainder
+    (the element count over the static sizes asked for); without one, the sizes are static."""
+    if dims.count(-1) > 1:
+        raise ValueError(f"{name}: at most one -1 in shape {dims}")
+    known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+    static = int(np.prod([d for d in x.shape if d is not None], dtype=np.int64))
+    if -1 not in dims or known == 0:
+        raise ValueError(f"{name}: a tensor of shape {tuple(x.shape)} (sizes known at run time) can only be "
+                         f"reshaped with a -1 that takes them, not to {dims}")
+    if static % known == 0:
+        # The run-time dimensions stay whole: -1 = their product * (static // known).
+        def build():
+            i32 = hlo.tensor_type([], "int32")
+            n = hlo.splat(static // known, i32)
+            for i, d in enumerate(x.shape):
+                if d is None:
+                    n = hlo.multiply(n, hlo.dimension_size(x.value, i))
+            return hlo.dynamic_reshape(x.value, [n if d == -1 else d for d in dims])
+    else:
+        def build():
+            i32 = hlo.tensor_type([], "int32")
+            n = hlo.splat(static, i32)
+            for i, d in enumerate(x.shape):
+                if d is None:
+                    n = hlo.multiply(n, hlo.dimension_size(x.value, i))
+            return hlo.dynamic_reshape(x.value, [hlo.divide(n, hlo.splat(known, i32)) if d == -1 else d
+                                                 for d in dims])
+    return emit(name, build)
+
+
+def _reshape_keeping(x: Tensor, dims: list, name: str) -> Tensor:
+    """``x`` reshaped to ``dims`` (ints, or ``("x", i)`` for ``x``'s dimension ``i``)."""
+    if x.shape.is_fully_defined:
+        return emit(name, lambda: hlo.reshape(x.value, [x.shape[d[1]] if isinstance(d, tuple) else d for d in dims]))
+
+    def build():
+        return hlo.dynamic_reshape(x.value, [
+            (hlo.dimension_size(x.value, d[1]) if x.shape[d[1]] is None else x.shape[d[1]])
+            if isinstance(d, tuple) else d for d in dims])
+    return emit(name, build)
 
 
 def _static_shape_allowing_minus_one(shape) -> tuple[int, ...]:
@@ -127,6 +182,10 @@ def expand_dims(input, axis, name=None) -> Tensor:  # noqa: A002
     if not -rank - 1 <= axis <= rank:
         raise ValueError(f"expand_dims: axis {axis} out of range for rank {rank}")
     axis = axis % (rank + 1)
+    if not x.shape.is_fully_defined:
+        dims = [("x", i) for i in range(rank)]
+        dims.insert(axis, 1)
+        return _reshape_keeping(x, dims, name or "ExpandDims")
     dims = list(x.shape)
     dims.insert(axis, 1)
     return emit(name or "ExpandDims", lambda: hlo.reshape(x.value, dims))
@@ -145,6 +204,8 @@ def squeeze(input, axis=None, name=None) -> Tensor:  # noqa: A002
     dims = [d for i, d in enumerate(x.shape) if i not in axes]
     if len(dims) == x.ndim:
         return x
+    if not x.shape.is_fully_defined:
+        return _reshape_keeping(x, [("x", i) for i in range(x.ndim) if i not in axes], name or "Squeeze")
     return emit(name or "Squeeze", lambda: hlo.reshape(x.value, dims))
 
 

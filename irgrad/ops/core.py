@@ -99,12 +99,17 @@ def convert_pair(x, y, op: str) -> tuple[Tensor, Tensor]:
     return x, convert_to_tensor(y, x.dtype)
 
 
-def broadcast_shape(a: Sequence[int], b: Sequence[int], op: str) -> tuple[int, ...]:
-    """numpy broadcasting of two static shapes, or ValueError naming both and the op."""
+def broadcast_shape(a: Sequence[int | None], b: Sequence[int | None], op: str) -> tuple[int | None, ...]:
+    """numpy broadcasting of two shapes, or ValueError naming both and the op. A run-time
+    dimension (``None``) meets 1 or another ``None`` as itself; against a size n > 1 it must be
+    n (TensorFlow's rule): the result has n."""
     out = []
     for i in range(1, max(len(a), len(b)) + 1):
         da = a[-i] if i <= len(a) else 1
         db = b[-i] if i <= len(b) else 1
+        if da is None or db is None:
+            out.append(db if da is None and db not in (1, None) else da if db is None and da != 1 else None)
+            continue
         if da != db and da != 1 and db != 1:
             raise ValueError(f"{op}: incompatible shapes {tuple(a)} and {tuple(b)} (dimension "
                              f"{da} vs {db} cannot be broadcast)")
@@ -112,13 +117,34 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int], op: str) -> tuple[int, .
     return tuple(reversed(out))
 
 
-def broadcast_value(t: Tensor, shape: Sequence[int]) -> ir.Value:
-    """``t`` broadcast to ``shape`` with one broadcast_in_dim (call inside an op scope)."""
+def run_time_sizes(shape: Sequence[int | None], tensors: Sequence[Tensor]) -> list:
+    """``shape`` with each ``None`` replaced by the run-time size (a scalar i32 value) of a
+    tensor's dimension aligned with it from the right (numpy broadcasting) that is ``None`` too."""
+    sizes: list = []
+    for i, d in enumerate(shape):
+        if d is not None:
+            sizes.append(d)
+            continue
+        k = len(shape) - i
+        t = next((t for t in tensors if t.ndim >= k and t.shape[t.ndim - k] is None), None)
+        if t is None:
+            raise ValueError(f"dimension {i} of shape {tuple(shape)} is known only at run time and no operand "
+                             "has it")
+        sizes.append(hlo.dimension_size(t.value, t.ndim - k))
+    return sizes
+
+
+def broadcast_value(t: Tensor, shape: Sequence[int | None], *others: Tensor) -> ir.Value:
+    """``t`` broadcast to ``shape`` with one broadcast_in_dim (call inside an op scope). A
+    dimension of ``shape`` known only at run time (``None``) takes its size from ``t`` or
+    ``others`` (the op's other operands)."""
     shape = tuple(shape)
     s = tuple(t.shape)
     if s == shape:
         return t.value
     offset = len(shape) - len(s)
+    if None in shape:
+        return hlo.dynamic_broadcast(t.value, run_time_sizes(shape, (t, *others)), range(offset, len(shape)))
     return hlo.broadcast_in_dim(t.value, shape, range(offset, len(shape)))
 
 

@@ -19,7 +19,7 @@ def binary_op(op: str, x, y, name: str, *, numeric: bool = True) -> Tensor:
     if numeric:
         require(x, name, numeric=True)
     shape = broadcast_shape(x.shape, y.shape, name)
-    return emit(name, lambda: hlo.binary(op, broadcast_value(x, shape), broadcast_value(y, shape)))
+    return emit(name, lambda: hlo.binary(op, broadcast_value(x, shape, y), broadcast_value(y, shape, x)))
 
 
 # ----- arithmetic -----
@@ -161,7 +161,7 @@ def round(x, name=None) -> Tensor:  # noqa: A001
 def _compare(direction: str, x, y, name: str) -> Tensor:
     x, y = convert_pair(x, y, name)
     shape = broadcast_shape(x.shape, y.shape, name)
-    return emit(name, lambda: hlo.compare(broadcast_value(x, shape), broadcast_value(y, shape), direction))
+    return emit(name, lambda: hlo.compare(broadcast_value(x, shape, y), broadcast_value(y, shape, x), direction))
 
 
 def equal(x, y, name=None) -> Tensor:
@@ -217,8 +217,9 @@ def where(condition, x=None, y=None, name=None) -> Tensor:
         raise TypeError(f"where: condition must be bool, got {condition.dtype.name}")
     x, y = convert_pair(x, y, name)
     shape = broadcast_shape(broadcast_shape(condition.shape, x.shape, name), y.shape, name)
-    return emit(name, lambda: hlo.select(broadcast_value(condition, shape), broadcast_value(x, shape),
-                                         broadcast_value(y, shape)))
+    return emit(name, lambda: hlo.select(broadcast_value(condition, shape, x, y),
+                                         broadcast_value(x, shape, condition, y),
+                                         broadcast_value(y, shape, condition, x)))
 
 
 # ----- conversion -----
@@ -249,7 +250,7 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None) -> Tensor:
                          f"the shape of t {tuple(t.shape)}")
 
     def build():
-        bound = lambda b: b.value if b.ndim == 0 else broadcast_value(b, shape)  # noqa: E731
+        bound = lambda b: b.value if b.ndim == 0 else broadcast_value(b, shape, t)  # noqa: E731
         return hlo.clamp(bound(lo), t.value, bound(hi))
 
     return emit(name, build)

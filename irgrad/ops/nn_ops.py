@@ -20,7 +20,7 @@ def relu(features, name=None) -> Tensor:
     """max(0, x) with TensorFlow's gradient dy * (x > 0): 0 at 0 and at NaN. Lowered to
     ``stablehlo.composite "irgrad.relu"``, so an exported module keeps that gradient."""
     x = convert_to_tensor(features)
-    return unary_composite(RELU, x, lambda v: hlo.binary("stablehlo.maximum", hlo.zeros(v.type), v), "relu",
+    return unary_composite(RELU, x, lambda v: hlo.binary("stablehlo.maximum", hlo.like(0, v), v), "relu",
                            name or "Relu")
 
 

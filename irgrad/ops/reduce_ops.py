@@ -7,7 +7,8 @@ from .. import dtypes
 from ..framework import Tensor
 from ..passes import hlo
 from .array_ops import reshape, transpose, zeros
-from .core import broadcast_shape, convert_pair, convert_to_tensor, emit, normalize_axes, require
+from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, element, emit, normalize_axes,
+                   require, run_time_sizes)
 from .math_ops import binary_op
 
 
@@ -18,7 +19,10 @@ def _reduce(kind: str, input_tensor, axis, keepdims: bool, name: str) -> Tensor:
     axes = normalize_axes(axis, x.ndim, name)
     out = emit(name, lambda: hlo.reduce(x.value, axes, kind)) if axes else x
     if keepdims:
-        out = reshape(out, [1 if i in axes else d for i, d in enumerate(x.shape)])
+        kept = [1 if i in axes else d for i, d in enumerate(x.shape)]
+        if None in kept:  # a run-time size: each kept dimension is the reduced tensor's
+            return emit(name, lambda: hlo.dynamic_reshape(out.value, run_time_sizes(kept, [x])))
+        out = reshape(out, kept)
     return out
 
 
@@ -51,6 +55,13 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
     x = convert_to_tensor(input_tensor)
     axes = normalize_axes(axis, x.ndim, "Mean")
     total = reduce_sum(x, axes, keepdims, name=name or "Mean")
+    if any(x.shape[a] is None for a in axes):  # the count is known at run time
+        def count_value():
+            n = hlo.convert(hlo.dimension_size(x.value, axes[0]), element(x.dtype))
+            for a in axes[1:]:
+                n = hlo.multiply(n, hlo.convert(hlo.dimension_size(x.value, a), element(x.dtype)))
+            return n
+        return binary_op("stablehlo.divide", total, emit("Mean", count_value), "Mean")
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     if count == 1:
         return total
@@ -81,8 +92,8 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
         return zeros(tuple(batch) + (m, n), a.dtype, name=name)
 
     def build():
-        av = _to_batch(a, batch)
-        bv = _to_batch(b, batch)
+        av = _to_batch(a, batch, b)
+        bv = _to_batch(b, batch, a)
         bd = list(range(nb))
         return hlo.dot_general(av, bv, bd, bd, [nb if transpose_a else nb + 1],
                                [nb + 1 if transpose_b else nb])
@@ -90,12 +101,11 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
     return emit(name, build)
 
 
-def _to_batch(t: Tensor, batch) -> hlo.Value:
+def _to_batch(t: Tensor, batch, *others: Tensor) -> hlo.Value:
     shape = tuple(batch) + tuple(t.shape[-2:])
     if tuple(t.shape) == shape:
         return t.value
-    offset = len(shape) - t.ndim
-    return hlo.broadcast_in_dim(t.value, shape, range(offset, len(shape)))
+    return broadcast_value(t, shape, *others)
 
 
 def einsum(equation: str, *inputs, name=None) -> Tensor:
