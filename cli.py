@@ -192,7 +192,8 @@ def profile(
     grad: Annotated[bool, typer.Option("--grad", help="Profile @F_grad (F's value and gradient).")] = False,
     top: Annotated[int, typer.Option("--top", metavar="N", help="Dispatches to list (0: all).")] = 25,
 ) -> None:
-    """Time each dispatch of a function alone (IREE's per-dispatch benchmarks) and show its share."""
+    """Time each dispatch (one fused kernel IREE runs) alone and inside a call, name the model's ops it
+    came from, and show where a call's time goes."""
     text, name = load_source(source)
     function = pick_function(list(runtime.parse_signatures(text)), func or name, source)
     if grad:

@@ -4,7 +4,7 @@ MLIR, and parsing with one-line diagnostics.
 ``passes/`` (IR transformations), ``runtime/`` (IREE) and the frontend all read and write
 StableHLO through these names, so a dtype is spelled and a parse failure is reported the same
 way wherever it happens. This module imports nothing else from irgrad, and it loads the MLIR
-bindings (``iree.compiler``) only when it parses: a runtime-only install can import it.
+bindings (``iree.compiler``) only through ``mlir_bindings``, on first use: a runtime-only install can import it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["DTYPES", "ELEMENT_DTYPES", "IRError", "dtype_of_element", "spelling_of_dtype",
            "diagnostic", "parse", "respell_foreign", "module_text", "producer_cause",
-           "argument_names", "result_names", "RESULT_NAME", "failures_dir", "save_failed_ir"]
+           "argument_names", "result_names", "RESULT_NAME", "failures_dir", "save_failed_ir", "mlir_bindings"]
 
 # numpy-style dtype name -> MLIR element type spelling. StableHLO's signless iN is signed.
 DTYPES: dict[str, str] = {
@@ -289,7 +289,7 @@ def result_names(func_op: Any) -> list[str | None]:
     """The name each result of a ``func.func`` has where its producer gave one: irgrad's
     ``irgrad.name`` result attribute or JAX's ``jax.result_info`` (its positional ``result``
     and ``result[i]`` are no names). A name that several results share names none of them."""
-    from iree.compiler import ir
+    ir = mlir_bindings()
 
     attrs = func_op.attributes
     count = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results)
@@ -358,13 +358,20 @@ def check_nesting(text: str) -> None:
                   f"({deepest}); MLIR's parser would overflow its stack on them")
 
 
+def mlir_bindings() -> Any:
+    """The MLIR Python bindings shipped with IREE (``iree.compiler.ir``): the one place
+    outside ``passes/`` (whose shim is ``passes/mlir.py``) that imports them. They come with
+    the compiler, so they are loaded on first use: importing this module, or any of
+    ``runtime/``, needs only what a runtime-only install has."""
+    from iree.compiler import ir
+
+    return ir
+
+
 def parse(text: str | bytes, context: Any) -> Any:
     """Parse and verify StableHLO/CHLO/func text (or bytecode, ``module_text``) in ``context``
     (an ``ir.Context``); IRError naming the first diagnostic's line otherwise."""
-    # The MLIR bindings come with the compiler: loaded here, so importing this module needs
-    # only what a runtime-only install has.
-    from iree.compiler import ir
-
+    ir = mlir_bindings()
     text = module_text(text)
     check_nesting(text)
     _check_strings(text)

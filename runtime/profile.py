@@ -19,21 +19,23 @@ across functions: in a module with ``@loss`` and ``@loss_grad``, most of the
 gradient's forward dispatches are named ``loss_dispatch_*``, so filtering
 dispatch names by prefix would miss them.)
 
-What a dispatch computes is read from the name IREE gives it
-(``loss_grad_dispatch_34_matmul_144x32x3136_f32``: a matmul with loop ranges
-M×N×K = 144×32×3136 on f32).
+A dispatch is one kernel IREE runs, made by its compiler from neighbouring
+StableHLO ops fused together. What it computes is read from the name IREE gives
+it (``loss_grad_dispatch_34_matmul_144x32x3136_f32``: a matmul with loop ranges
+M×N×K = 144×32×3136 on f32); which of the model's ops it came from, from the MLIR
+locations IREE keeps through fusion (the dumps are printed with
+``--mlir-print-debuginfo``; ``profile_sources`` reads them).
 
-Isolated times leave out what a whole call adds (scheduling, barriers,
-allocation, transfers); on the local-task device that overhead can be as large
-as the dispatches themselves, hence the "whole call" line of the report.
+Isolated times leave out what a whole call adds (argument import, transient
+allocations, worker wake-ups, barriers between dispatches); on the local-task
+device that overhead can be larger than the dispatches themselves, hence the
+breakdown that ends the report (``profile_report``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import json
-import math
 import os
 import re
 import subprocess
@@ -48,7 +50,9 @@ from .vmfb import runtime_tool
 from .compiler import compile_flags, compile_vmfb, for_iree
 from .errors import CompileError, DeviceError
 from .options import CompileOptions, Target
-from ..boundary import parse
+from .profile_report import DispatchTime, Profile, describe_dispatch
+from .profile_sources import dispatch_sources, file_locations
+from ..boundary import mlir_bindings, parse
 from .signature import Signature, public_functions, signature_of
 
 __all__ = ["DispatchTime", "Profile", "profile_dispatches", "describe_dispatch"]
@@ -58,233 +62,7 @@ _EXPORT = re.compile(r"hal\.executable\.export public @([\w$.-]+)")
 _DEVICE_GLOBAL = re.compile(r"^  util\.global private @__device_0 = .*$", re.M)
 # The buffer type of a binding inside an executable: memref<16x30x30xf32, ...>.
 _BINDING = re.compile(r"hal\.interface\.binding\.subspan [^\n]*?: (?:memref|[!\w.]+<\w+:tensor)<((?:\d+x)*[a-z]\w*)")
-_SHAPE = re.compile(r"^\d+(?:x\d+)*$")
 _RUN_TIMEOUT_S = 900
-
-
-@dataclasses.dataclass(frozen=True)
-class DispatchTime:
-    """One dispatch (one exported function of an IREE executable).
-
-    Attributes:
-        name: IREE's name, e.g. ``loss_grad_dispatch_34_matmul_144x32x3136_f32``.
-        function: the public function it was formed in (``None`` if the name
-            does not say).
-        ordinal: the N of ``_dispatch_N_``.
-        kind: IREE's summary of the op, e.g. ``matmul``, ``elementwise``, ``slow_memcpy``.
-        description: what it computes, e.g. ``matmul M×N×K = 144×32×3136, f32``.
-        seconds: one invocation, benchmarked alone (median of the repetitions;
-            the mean over its benchmark configurations if IREE dumped several).
-        calls: invocations per call of the function, from IREE's dispatch
-            statistics (``None`` when they were not available).
-        in_call_seconds: time inside one whole call, all invocations together,
-            from the same statistics (``None`` when not available).
-        flops: floating-point operations of one invocation for matmuls and
-            convolutions (2 per multiply-add over the loop ranges), else ``None``.
-    """
-
-    name: str
-    function: str | None
-    ordinal: int | None
-    kind: str
-    description: str
-    seconds: float
-    calls: int | None = None
-    in_call_seconds: float | None = None
-    flops: int | None = None
-
-    @property
-    def seconds_per_call(self) -> float:
-        """Time per call of the function: ``seconds`` × ``calls`` (1 when unknown)."""
-        return self.seconds * (self.calls if self.calls is not None else 1)
-
-    @property
-    def gflops_per_second(self) -> float | None:
-        return self.flops / self.seconds / 1e9 if self.flops and self.seconds > 0 else None
-
-    @property
-    def short_name(self) -> str:
-        """``#34 matmul_144x32x3136_f32`` (without the function's name)."""
-        match = re.search(r"_dispatch_(\d+)(?:_(.*))?$", self.name)
-        if match is None:
-            encoding = re.match(r"_encoding_(\d+)_", self.name)
-            return f"encoding #{encoding.group(1)}" if encoding else self.name
-        return f"#{match.group(1)} {match.group(2) or ''}".rstrip()
-
-
-@dataclasses.dataclass
-class Profile:
-    """The result of ``profile_dispatches``.
-
-    Attributes:
-        function: the profiled function (``None``: every public function).
-        dispatches: slowest first by ``seconds_per_call``.
-        whole_call_seconds: median time of one call of ``function`` on random
-            inputs (``None`` when not measured; ``note`` says why).
-        device: the IREE driver the times were taken on.
-        flags: the iree-compile flags used.
-        skipped: dispatches that a call of ``function`` does not run (e.g. run
-            once by a module initializer), left out of ``dispatches``.
-        note: why something is missing, or ``""``.
-    """
-
-    function: str | None
-    dispatches: list[DispatchTime]
-    whole_call_seconds: float | None
-    device: str
-    flags: list[str]
-    skipped: list[str] = dataclasses.field(default_factory=list)
-    note: str = ""
-
-    @property
-    def total_seconds(self) -> float:
-        """Sum of the dispatches' isolated times per call."""
-        return sum(d.seconds_per_call for d in self.dispatches)
-
-    @property
-    def in_call_seconds(self) -> float | None:
-        """Sum of the dispatches' times inside a whole call (IREE's statistics)."""
-        times = [d.in_call_seconds for d in self.dispatches]
-        return sum(times) if times and all(t is not None for t in times) else None
-
-    def by_kind(self) -> list[tuple[str, int, float]]:
-        """(kind, number of dispatches, seconds per call alone), most time first."""
-        kinds: dict[str, list[float]] = {}
-        for d in self.dispatches:
-            kinds.setdefault(d.kind, []).append(d.seconds_per_call)
-        return sorted(((k, len(v), sum(v)) for k, v in kinds.items()), key=lambda row: row[2], reverse=True)
-
-    def table(self, top: int | None = None, width: int = 46) -> str:
-        """The report: one row per dispatch, slowest first (``top`` rows at most), then the totals."""
-        total = self.total_seconds
-        header = ("#", "dispatch", "what it computes", "calls", "µs/call", "share", "cum.", "GFLOP/s", "in call µs")
-        rows = [header]
-        cumulative = 0.0
-        for rank, d in enumerate(self.dispatches, 1):
-            share = d.seconds_per_call / total if total > 0 else 0.0
-            cumulative += share
-            if top is not None and rank > top:
-                continue
-            label = d.short_name if self.function else f"{d.function or '?'} {d.short_name}"
-            rate = d.gflops_per_second
-            rows.append((
-                str(rank), _cut(label, 34), _cut(d.description, width),
-                "?" if d.calls is None else str(d.calls),
-                f"{d.seconds_per_call * 1e6:,.1f}", f"{share:.1%}", f"{cumulative:.1%}",
-                "" if rate is None else f"{rate:,.1f}" if rate >= 1 else f"{rate:.2g}",
-                "" if d.in_call_seconds is None else f"{d.in_call_seconds * 1e6:,.1f}",
-            ))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        aligned = lambda i, cell: cell.ljust(widths[i]) if i in (1, 2) else cell.rjust(widths[i])  # noqa: E731
-        what = f"@{self.function}" if self.function else "all public functions"
-        count = len(self.dispatches)
-        lines = [f"{what} on {self.device}: {count} dispatch{'es' if count != 1 else ''}, each timed alone "
-                 "(IREE's dumped dispatch benchmarks)"]
-        lines += ["  ".join(aligned(i, cell) for i, cell in enumerate(row)).rstrip() for row in rows]
-        shown = len(rows) - 1
-        if shown < count:
-            rest = sum(d.seconds_per_call for d in self.dispatches[shown:])
-            share = f" ({rest / total:.1%})" if total > 0 else ""
-            lines.append(f"... {count - shown} more: {rest * 1e6:,.1f} µs{share}")
-        kinds = self.by_kind()
-        if len(kinds) > 1 and total > 0:
-            lines.append("by kind: " + ", ".join(f"{kind} ×{n} {seconds / total:.0%}" for kind, n, seconds in kinds))
-        lines.append(f"sum of dispatches, timed alone:  {total * 1e6:12,.1f} µs")
-        in_call = self.in_call_seconds
-        if in_call is not None:
-            lines.append(f"sum of dispatches inside a call: {in_call * 1e6:12,.1f} µs  (IREE --dispatch_statistics)")
-        if self.whole_call_seconds:
-            lines.append(f"whole call:                      {self.whole_call_seconds * 1e6:12,.1f} µs  "
-                         f"(dispatches alone = {total / self.whole_call_seconds:.0%} of it)")
-        if self.skipped:
-            lines.append(f"not part of a call (left out): {', '.join(self.skipped)}")
-        if self.note:
-            lines.append(f"note: {self.note}")
-        return "\n".join(lines)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-# ----- what a dispatch computes ---------------------------------------------------------
-
-_KINDS = {
-    "slow_memcpy": "strided copy",
-    "fill": "fill",
-    "generic": "generic loop nest",
-    "elementwise": "elementwise",
-    "elementwise_transpose": "elementwise + transpose",
-    "elementwise_broadcast": "elementwise + broadcast",
-    "transpose": "transpose",
-    "broadcast": "broadcast",
-    "reduction": "reduction",
-    "matmul_like": "matmul-like contraction",
-    "contract": "contraction",
-    "conv": "window loop (conv-like, e.g. a pool)",
-    "pack": "data-tiling pack",
-    "unpack": "data-tiling unpack",
-    "mmt4d": "tiled matmul (mmt4d)",
-}
-
-
-def describe_dispatch(name: str, buffers: Sequence[str] = ()) -> tuple[str, str, int | None]:
-    """Kind, what a dispatch computes and its FLOPs (where known), from IREE's name.
-
-    ``f_dispatch_3_matmul_64x32x16_f32`` -> ``("matmul", "matmul M×N×K = 64×32×16, f32", 65536)``.
-    ``buffers`` (types of its bindings, e.g. ``16x30x30xf32``) describe a
-    dispatch whose name carries no shape, such as ``slow_memcpy``.
-    """
-    encoding = re.fullmatch(r"_encoding_\d+_(encode|decode)_(.*)", name)
-    if encoding:  # data tiling: an argument or result changing layout
-        return encoding.group(1), f"data-tiling {encoding.group(1)} {encoding.group(2).replace('_to_', ' → ')}", None
-    match = re.search(r"_dispatch_\d+(?:_(.*))?$", name)
-    rest = match.group(1) if match else name
-    if not rest:
-        return "dispatch", "dispatch (IREE gave it no summary)", None
-    tokens = rest.split("_")
-    at = next((i for i, t in enumerate(tokens) if _SHAPE.match(t)), None)
-    if at is None:
-        kind, dims, types = rest, [], []
-    else:
-        kind = "_".join(tokens[:at])
-        dims = [int(d) for d in tokens[at].split("x")]
-        types = list(dict.fromkeys("_".join(tokens[at + 1:]).split("x"))) if at + 1 < len(tokens) else []
-    loops = "×".join(map(str, dims))
-    flops = None
-    if kind in ("matmul", "matmul_transpose_a", "matmul_transpose_b") and len(dims) == 3:
-        text = f"{kind.replace('_', ' ')} M×N×K = {loops}"
-        flops = 2 * math.prod(dims)
-    elif kind.startswith("batch_matmul") and len(dims) == 4:
-        text = f"{kind.replace('_', ' ')} B×M×N×K = {loops}"
-        flops = 2 * math.prod(dims)
-    elif kind.startswith(("conv_", "depthwise_conv_")) or kind in ("matmul_like", "contract", "mmt4d"):
-        if "conv" in kind:  # conv_2d_nhwc_hwcf: loops in the order of IREE's named op
-            layout = kind.split("conv_", 1)[1].replace("_", " ")
-            text = ("depthwise conv " if kind.startswith("depthwise") else "conv ") + layout
-        else:
-            text = _KINDS[kind]
-        text += f", loops {loops}" if dims else ""
-        flops = 2 * math.prod(dims) if dims else None
-    else:
-        text = _KINDS.get(kind, kind.replace("_", " ") or "dispatch")
-        if dims:
-            text += f" {loops}"
-        elif buffers:
-            shapes = [_squeeze(b) for b in buffers]
-            types = list(dict.fromkeys(t for _, t in shapes))
-            text += " " + " → ".join(s for s, _ in shapes)
-    types_text = "/".join(t for t in types if t)
-    if types_text:
-        text += f", {types_text}"
-    return kind, text, flops
-
-
-def _squeeze(buffer: str) -> tuple[str, str]:
-    """``16x1x28x1xf32`` -> (``16×28``, ``f32``): the shape without unit dimensions, the type."""
-    *dims, element = buffer.split("x")
-    shape = "×".join(d for d in dims if d != "1") or "1"
-    return shape, element
 
 
 # ----- tools ----------------------------------------------------------------------------
@@ -341,12 +119,13 @@ def _timing_flags(repetitions: int, min_time: float) -> list[str]:
 
 # ----- the module: keep one function, dump, merge ---------------------------------------
 
-def _prepare(mlir_text: str, function: str | None) -> tuple[str, dict[str, Signature]]:
-    """The text to compile (other public functions made private) and the signatures."""
-    from iree.compiler import ir
-
+def _prepare(mlir_text: str, function: str | None) -> tuple[str, dict[str, Signature], dict[str, str]]:
+    """The text to compile (other public functions made private), the signatures, and the
+    ops at each file location (``file_locations``)."""
+    ir = mlir_bindings()
     with ir.Context() as context:
         module = parse(mlir_text, context)
+        places = file_locations(module)
         funcs = public_functions(module)
         signatures: dict[str, Signature] = {}
         for func in funcs:
@@ -359,13 +138,13 @@ def _prepare(mlir_text: str, function: str | None) -> tuple[str, dict[str, Signa
         if not signatures:
             raise ValueError("the module has no public function to profile")
         if function is None:
-            return mlir_text, signatures
+            return mlir_text, signatures, places
         if function not in signatures:
             raise ValueError(f"no public function {function!r}; functions: {', '.join(signatures)}")
         for func in funcs:
             if ir.StringAttr(func.attributes["sym_name"]).value != function:
                 func.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        return module.operation.get_asm(enable_debug_info=True), signatures
+        return module.operation.get_asm(enable_debug_info=True), signatures, places
 
 
 def _merge(texts: Sequence[str]) -> str | None:
@@ -437,11 +216,14 @@ def _compile_benchmarks(dumps: list[Path], options: CompileOptions, flags: list[
     return [r for r in results if isinstance(r, Path)], failed
 
 
-def _exports(dumps: list[Path]) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Benchmark function name -> the dispatch (executable export) it runs, and per
-    dispatch the types of its buffers (when its dump holds that one dispatch)."""
+def _exports(dumps: list[Path], places: dict[str, str]
+             ) -> tuple[dict[str, str], dict[str, list[str]], dict[str, tuple[str, ...]]]:
+    """Benchmark function name -> the dispatch (executable export) it runs; per dispatch the
+    types of its buffers (when its dump holds that one dispatch); per dispatch the model's ops
+    it came from (``profile_sources``)."""
     owner: dict[str, str] = {}
     buffers: dict[str, list[str]] = {}
+    sources: dict[str, tuple[str, ...]] = {}
     for path in dumps:
         text = path.read_text()
         exports = sorted(set(_EXPORT.findall(text)), key=len, reverse=True)
@@ -450,7 +232,8 @@ def _exports(dumps: list[Path]) -> tuple[dict[str, str], dict[str, list[str]]]:
                 (e for e in exports if e in bench), bench)
         if len(exports) == 1:
             buffers[exports[0]] = _BINDING.findall(text)
-    return owner, buffers
+        sources.update(dispatch_sources(text, places))
+    return owner, buffers, sources
 
 
 def _function_of(name: str, functions: Sequence[str]) -> tuple[str | None, int | None]:
@@ -550,7 +333,7 @@ def profile_dispatches(
         raise ValueError(f"cannot profile code for {options.triple} on this machine; drop the triple")
     device = device or options.target.default_driver
     mlir_text = for_iree(mlir_text)
-    text, signatures = _prepare(mlir_text, function)
+    text, signatures, places = _prepare(mlir_text, function)
     if function is None and len(signatures) == 1:
         function = next(iter(signatures))
     flags = compile_flags(text, options)
@@ -558,13 +341,14 @@ def profile_dispatches(
         folder = Path(tmp)
         dump = folder / "dump"
         vmfb = folder / "module.vmfb"
-        dump_flag = f"--iree-hal-dump-executable-benchmarks-to={dump}"
-        vmfb.write_bytes(compile_vmfb(text, mlir_text, options, [*flags, dump_flag]))
+        # Debug info: the dumps keep the locations of the ops each dispatch was made from.
+        dump_flags = [f"--iree-hal-dump-executable-benchmarks-to={dump}", "--mlir-print-debuginfo"]
+        vmfb.write_bytes(compile_vmfb(text, mlir_text, options, [*flags, *dump_flags]))
         dumps = sorted(dump.glob("*.mlir")) if dump.is_dir() else []
         if not dumps:
             raise ValueError("IREE dumped no dispatch benchmarks for this module (no dispatches, or only "
                              "dynamically shaped ones)")
-        owner, buffers = _exports(dumps)
+        owner, buffers, sources = _exports(dumps, places)
         modules, failed = _compile_benchmarks(dumps, options, flags, folder, jobs or os.cpu_count() or 1)
         alone: dict[str, float] = {}
         for module in modules:
@@ -597,7 +381,7 @@ def profile_dispatches(
         kind, description, flops = describe_dispatch(name, buffers.get(name, ()))
         calls, in_call_seconds = stats.get(name, (0, 0.0) if stats else (None, None))
         dispatches.append(DispatchTime(name, owner_function, ordinal, kind, description, float(np.mean(times)),
-                                       calls, in_call_seconds, flops))
+                                       calls, in_call_seconds, flops, sources.get(name, ())))
     missing = sorted(set(stats) - set(per_export))
     if missing:
         note = "; ".join(filter(None, [note, f"run in the call but not benchmarked alone: {', '.join(missing)}"]))
