@@ -174,7 +174,7 @@ def by_transposition(op, ts):
     # The adjoint is linear in u, so u's value does not matter, except that rules guard
     # "a zero cotangent gives 0" (TensorFlow's Sqrt/Rsqrt gradients) and the driver reads a
     # constant zero as "no cotangent": u is ones behind a barrier, never zero or constant.
-    us = iter(hlo.optimization_barrier([hlo.ones(r.type) for r in floats]))
+    us = iter(hlo.optimization_barrier([hlo.like(1, r) for r in floats]))
     cts = [next(us) if is_float(r) else None for r in op.results]
     us = [u for u in cts if u is not None]
     grads = list(lookup(op)(op, cts))

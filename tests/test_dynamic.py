@@ -266,3 +266,35 @@ def test_tensorspec_none_shapes_reshapes_and_means():
         np.testing.assert_allclose(out["ones"], np.ones_like(x))
         np.testing.assert_allclose(out["mean"], (1 / (1 + np.exp(-x))).mean(), rtol=1e-5)
     assert f.trace_count == 1
+
+
+# ----- forward mode -----------------------------------------------------------------------------
+
+@functools.cache
+def _jvp_module(name):
+    return ig.compile(passes.differentiate((DIR / f"{name}.mlir").read_text(), "main", jvp=True)).load()
+
+
+@functools.cache
+def _f64_module(name):
+    text = (DIR / f"{name}.mlir").read_text().replace("0xFF800000", "0xFFF0000000000000").replace("f32", "f64")
+    return ig.compile(text).load()
+
+
+@pytest.mark.parametrize("name", ["mlp", "softmax"])
+def test_jvp_over_a_dynamic_batch_matches_a_float64_finite_difference(name):
+    """@main_jvp from one artifact at two batch sizes against (f(x + h t) - f(x - h t)) / 2h of
+    the same module in float64."""
+    data, jvp, f64 = _data(name), _jvp_module(name), _f64_module(name)
+    rng = np.random.default_rng(7)
+    for batch in (2, 5):
+        args = [rng.standard_normal((batch, *a.shape[1:]) if k == 0 else a.shape).astype(np.float32)
+                for k, a in enumerate(_args(data, 1))]
+        tangents = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
+        value, tangent = jvp["main_jvp"](*args, *tangents)
+        h = 1e-6
+        plus = f64["main"](*[a.astype(np.float64) + h * t for a, t in zip(args, tangents)])
+        minus = f64["main"](*[a.astype(np.float64) - h * t for a, t in zip(args, tangents)])
+        np.testing.assert_allclose(value, f64["main"](*[a.astype(np.float64) for a in args]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(tangent, (plus - minus) / (2 * h), rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{name} tangent, batch {batch}")
