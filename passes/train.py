@@ -75,7 +75,7 @@ def step(optimizer: str, learning_rate: float, wrt: list[int], name: str, names:
         counter, *slots = [block.add_argument(t, ir.Location.name(names[k]) if names else ir.Location.unknown())
                            for k, t in enumerate(state_types(xs, optimizer))]
         grads = backprop(floats, [hlo.ones(floats[0].type)], xs, name=name)
-        grads = [g if g is not None else hlo.zeros(x.type) for g, x in zip(grads, xs)]
+        grads = [g if g is not None else hlo.zeros_like(x) for g, x in zip(grads, xs)]
         per_kind = [slots[k * len(xs):(k + 1) * len(xs)] for k in range(len(STATE[optimizer]))]
         new_params, new_slots = [], [[] for _ in per_kind]
         for i, (x, g) in enumerate(zip(xs, grads)):
@@ -91,7 +91,7 @@ def step(optimizer: str, learning_rate: float, wrt: list[int], name: str, names:
 def _update(optimizer: str, lr: float, x: ir.Value, g: ir.Value, slots: list[ir.Value],
             counter: ir.Value) -> tuple[ir.Value, list[ir.Value]]:
     def c(value: float) -> ir.Value:
-        return hlo.splat(value, x.type)
+        return hlo.like(value, x)
     if optimizer == "sgd":
         return hlo.subtract(x, hlo.multiply(g, c(lr))), []
     if optimizer == "momentum":  # m = momentum·m - lr·g; w += m
@@ -107,7 +107,7 @@ def _update(optimizer: str, lr: float, x: ir.Value, g: ir.Value, slots: list[ir.
                        one_minus_power(BETA_1))
     m = hlo.add(slots[0], hlo.multiply(hlo.subtract(g, slots[0]), c(1.0 - BETA_1)))
     v = hlo.add(slots[1], hlo.multiply(hlo.subtract(hlo.multiply(g, g), slots[1]), c(1.0 - BETA_2)))
-    scaled = hlo.multiply(m, hlo.broadcast_in_dim(alpha, shape(x), []))
+    scaled = hlo.multiply(m, hlo.broadcast_like(alpha, x, []))
     return hlo.subtract(x, hlo.divide(scaled, hlo.add(hlo.unary("stablehlo.sqrt", v), c(EPSILON)))), [m, v]
 
 
@@ -123,7 +123,9 @@ def add_init(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_
             block.add_argument(a.type, a.location)
         hlo.set_function_type(op, [a.type for a in args], types)
         with ir.InsertionPoint(block):
-            hlo.return_([hlo.zeros(t) for t in types])
+            # a parameter with a run-time dimension gets slots of its run-time shape
+            params = [block.arguments[i] for i in wrt] * len(STATE[optimizer])
+            hlo.return_([hlo.zeros(types[0]), *[hlo.zeros_like(x) for x in params]])
     op.move_after(after)
     return op
 

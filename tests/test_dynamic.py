@@ -298,3 +298,45 @@ def test_jvp_over_a_dynamic_batch_matches_a_float64_finite_difference(name):
         np.testing.assert_allclose(value, f64["main"](*[a.astype(np.float64) for a in args]), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(tangent, (plus - minus) / (2 * h), rtol=1e-4, atol=1e-4,
                                    err_msg=f"{name} tangent, batch {batch}")
+
+
+# ----- training steps ---------------------------------------------------------------------------
+
+def test_adam_training_step_over_a_dynamic_batch():
+    """``--train adam`` on the jax_dynamic mlp_loss (its mean divides by the run-time batch):
+    one artifact, a step at batch 3 then at batch 32, against Keras' Adam update in numpy with
+    JAX's gradient (step 1) and the artifact's own @main_grad (step 2)."""
+    data = _data("mlp_loss")
+    text = passes.differentiate((DIR / "mlp_loss.mlir").read_text(), "main", wrt=[2, 3, 4], train="adam")
+    module = ig.compile(text).load()
+    params = [data[f"arg{i}_b3"] for i in (2, 3, 4)]
+    trainer = module.trainer(params)
+    lr, b1, b2, eps = 0.001, 0.9, 0.999, 1e-7
+    m = [np.zeros_like(p, np.float64) for p in params]
+    v = [np.zeros_like(p, np.float64) for p in params]
+    want = [p.astype(np.float64) for p in params]
+    for t, batch in enumerate((3, 32), start=1):
+        x, y = data[f"arg0_b{batch}"], data[f"arg1_b{batch}"]
+        current = [w.astype(np.float32) for w in want]
+        grads = [data[f"grad{k}_b3"] for k in (1, 2, 3)] if t == 1 else \
+            list(_tuple(module["main_grad"](x, y, *current)))
+        loss = trainer.step(x, y)
+        np.testing.assert_allclose(loss, module["main"](x, y, *current), rtol=1e-5)
+        alpha = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        for k, g in enumerate(grads):
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g.astype(np.float64) ** 2
+            want[k] = want[k] - alpha * m[k] / (np.sqrt(v[k]) + eps)
+        for got, w in zip(trainer.params(), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6, err_msg=f"step {t}, batch {batch}")
+
+
+def test_training_state_of_a_dynamic_argument_is_sized_at_run_time():
+    """With the default ``wrt`` (every float argument) the batch-sized inputs are parameters too:
+    their optimizer slots take the run-time shape."""
+    data = _data("mlp_loss")
+    text = passes.differentiate((DIR / "mlp_loss.mlir").read_text(), "main", train="momentum", grad=False)
+    module = ig.compile(text).load()
+    for batch in (3, 32):
+        state = module["main_train_init"](*_args(data, batch))
+        assert state[1].shape == (batch, 4) and state[2].shape == (batch, 3)
