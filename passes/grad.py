@@ -33,6 +33,7 @@ from . import batching, control_flow, train as training
 from .control_flow import Checkpoints
 from .batching import identity, jacobian_rows
 from .forward import jvp as forward_jvp
+from .lapack import rewrite_lapack_calls
 from .mlir import IRError, elem, ir, is_float, parse_module, run_pipeline, shape, tensor_type, verify
 
 CLEANUP = "func.func(canonicalize,cse)"
@@ -345,6 +346,7 @@ def differentiate(text: str | bytes, func: str | None = None, wrt: Sequence[int 
         training.check(train, learning_rate)
     module = parse_module(text)
     verify(module, "input module")
+    rewrite_lapack_calls(module)  # JAX's CPU cholesky / triangular_solve, as the StableHLO ops
     add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian,
                  loop_checkpoints=loop_checkpoints, train=train, learning_rate=learning_rate)
     return module.operation.get_asm(enable_debug_info=True)

@@ -337,11 +337,15 @@ def iree_rejects_scatter(op: ir.Operation) -> bool:
     op shape of update value dim#2 must match original value at dim#1", "expected indices to be
     equal to batch rank or batch rank + 1", "mismatch in shape of indices and update value"):
     measured, it takes an indexed dimension only as an inserted one or with a window of size 1,
-    and any other dimension only as an input batching dimension or with a full window."""
+    any other dimension only as an input batching dimension or with a full window, and the
+    window dimensions of the updates only after their scatter dimensions."""
     if op.name != "stablehlo.scatter" or len(op.operands) != 3 or not all(hlo.is_static(v) for v in op.operands):
         return False
     s = _Geometry(op)
     indexed, d = set(s.d["scatter_dims_to_operand_dims"]), s.d
+    rank, window = len(shape(s.updates)), list(d["update_window_dims"])
+    if window != list(range(rank - len(window), rank)):
+        return True  # a window dimension before a scatter one ("expected indices to be equal to batch rank ...")
     for k, n in enumerate(shape(s.x)):
         if k in d["input_batching_dims"]:
             continue

@@ -29,6 +29,8 @@
   elements into the operand flattened (``indexing.scatter_by_elements``).
 * ``stablehlo.einsum`` / ``unary_einsum`` (IREE 3.13 refuses the latter): diagonals, sums,
   a ``dot_general`` and a transpose (``einsum.py``).
+* JAX's CPU LAPACK calls (``custom_call @lapack_?potrf_ffi`` / ``@lapack_?trsm_ffi``): the
+  ``cholesky`` / ``triangular_solve`` they compute (``lapack.py``), then lowered as those are.
 
 And one for accuracy: a float sum of more than ``summation.BLOCK`` terms (a ``reduce``, or a
 ``dot_general`` with a long contraction and a small result) becomes a blocked sum
@@ -57,6 +59,7 @@ from .convolution import lower_convolution
 from .dynamic_shapes import annotate_nonexpanding, rewrite_dynamic
 from .einsum import EINSUMS, lower_einsum
 from .indexing import iree_rejects_scatter, scatter_by_elements
+from .lapack import rewrite_lapack_calls
 from .linalg import lower_cholesky, lower_triangular_solve
 from .spectral import lower_complex_pad, lower_fft
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
@@ -129,8 +132,8 @@ def _flatten_reduce(op: ir.Operation) -> None:
 
 def _rhs_free_dims(op: ir.Operation) -> list[int]:
     """The dimensions of a ``dot_general``'s rhs that are neither batch nor contracted."""
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    fixed = dims.get("rhs_batching_dimensions", []) + dims.get("rhs_contracting_dimensions", [])
+    dims = hlo.dot_dimensions(op)
+    fixed = dims.rhs_batch + dims.rhs_contract
     return [d for d in range(len(shape(op.operands[1]))) if d not in fixed]
 
 
@@ -141,10 +144,10 @@ def _wider(op: ir.Operation) -> int:
     free = _rhs_free_dims(op)
     if len(free) != 1 or any(s < 0 for s in lhs + rhs):
         return 0
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    lhs_fixed = dims.get("lhs_batching_dimensions", []) + dims.get("lhs_contracting_dimensions", [])
-    batch = math.prod(rhs[d] for d in dims.get("rhs_batching_dimensions", []))
-    k = math.prod(rhs[d] for d in dims.get("rhs_contracting_dimensions", []))
+    dims = hlo.dot_dimensions(op)
+    lhs_fixed = dims.lhs_batch + dims.lhs_contract
+    batch = math.prod(rhs[d] for d in dims.rhs_batch)
+    k = math.prod(rhs[d] for d in dims.rhs_contract)
     m = math.prod(s for d, s in enumerate(lhs) if d not in lhs_fixed)
     n = rhs[free[0]]
     width = choices.matmul_width(batch, m, n, k, is_float(op.results[0]))
@@ -204,6 +207,7 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
         with module.context:
             done = annotate_nonexpanding(module)
             done += rewrite_dynamic(module)
+    done += rewrite_lapack_calls(module)  # then lowered with the other cholesky / triangular_solve ops
     found: list[ir.Operation] = []
     _candidates(module.operation, found)
     for op in found:
@@ -245,6 +249,7 @@ def legalize_text(text: str) -> str:
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
                                          "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
                                          "stablehlo.convert", "stablehlo.scatter", "dynamic_broadcast_in_dim", "?",
+                                         "@lapack_",
                                          *LOWERED, *EINSUMS)):
         return text
     module = parse_module(text)
