@@ -6,7 +6,8 @@
 JAX lives in the benchmark's own environment (benchmarks/README.md); irgrad never imports it.
 Every program is called in blocks of ``--calls``, the programs interleaved round by round (A B C
 A B C ...), and the median time per call over the rounds is printed with its ratio to JAX's.
-Nothing asserts a time.
+JAX's calls wait for their result (``jax.block_until_ready``), as irgrad's do. Nothing
+asserts a time.
 
 * ``x + 1.0`` on a 200-vector, with an unused 200×200 argument: ``jax.jit`` against
   ``ig.function`` and the same artifact loaded with ``ig.load`` on the default device (which
@@ -16,6 +17,8 @@ Nothing asserts a time.
 * one Adam step of ``examples/mlp.py``'s loss (batch 8, 4-16-1): a ``jax.jit``-ed
   ``value_and_grad`` plus Keras's Adam rule against ``Module.trainer(...).step`` of the
   ``--train adam`` artifact (parameters and state on the device).
+* the same for ``bench_train.py``'s small CNN (conv 3×3, 8 channels, relu, dense; batch 32 of
+  28×28×1).
 """
 from __future__ import annotations
 
@@ -41,8 +44,9 @@ def trivial(jax, jnp):
     vmfb = ig.compile(f.lower(x, a)).vmfb
     default, task = ig.load(vmfb), ig.load(vmfb, device="local-task")
     name = next(iter(default))
+    jitted = jax.jit(lambda x, a: x + 1.0)
     return "x + 1.0, 200-vector", {
-        "jax.jit": (jax.jit(lambda x, a: x + 1.0), (x, a)),
+        "jax.jit": (lambda x, a: jax.block_until_ready(jitted(x, a)), (x, a)),
         "ig.function": (f, (x, a)),
         f"ig.load ({default.device})": (default[name], (x, a)),
         "ig.load (local-task)": (task[name], (x, a)),
@@ -65,7 +69,8 @@ def hessian(jax, jnp):
 
     h_jax = jax.jit(jax.hessian(f_jax))
     np.testing.assert_allclose(h_ig(x, a), h_jax(x, a), rtol=1e-4, atol=1e-5)
-    return "Hessian 200x200", {"jax.jit(jax.hessian)": (h_jax, (x, a)), "ig.function": (h_ig, (x, a))}
+    return "Hessian 200x200", {"jax.jit(jax.hessian)": (lambda x, a: jax.block_until_ready(h_jax(x, a)), (x, a)),
+                               "ig.function": (h_ig, (x, a))}
 
 
 def adam_step(jax, jnp):
@@ -83,24 +88,51 @@ def adam_step(jax, jnp):
         w1, b1, w2, b2 = p
         return jnp.mean(jnp.square(jnp.tanh(x @ w1 + b1) @ w2 + b2 - y))
 
+    jax_call = _jax_adam(jax, jnp, loss, params, 0.01)
+    return "Adam step, README MLP", {"jax.jit step": (jax_call, (x, y)), "Module.trainer.step": (trainer.step, (x, y))}
+
+
+def _jax_adam(jax, jnp, loss, params, lr):
+    """A ``jax.jit``-ed Adam step of ``loss(params, *data)`` (Keras 3's rule, as ``--train adam``),
+    its state kept in Python as a trainer keeps it on the device; returns ``call(*data)``."""
     @jax.jit
-    def jax_step(p, m, v, t, x, y):  # Keras 3's Adam, as --train adam
-        value, g = jax.value_and_grad(loss)(p, x, y)
+    def jax_step(p, m, v, t, *data):
+        value, g = jax.value_and_grad(loss)(p, *data)
         t = t + 1
-        lr = 0.01 * jnp.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+        rate = lr * jnp.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
         m = [mi + (gi - mi) * 0.1 for mi, gi in zip(m, g)]
         v = [vi + (gi * gi - vi) * 0.001 for vi, gi in zip(v, g)]
-        p = [pi - lr * mi / (jnp.sqrt(vi) + 1e-7) for pi, mi, vi in zip(p, m, v)]
+        p = [pi - rate * mi / (jnp.sqrt(vi) + 1e-7) for pi, mi, vi in zip(p, m, v)]
         return value, p, m, v, t
 
-    state = [list(params), [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params],
-             jnp.float32(0)]
+    state = [list(params), [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params], jnp.float32(0)]
 
-    def jax_call(x, y):
-        value, *state[:] = jax_step(*state, x, y)
+    def call(*data):
+        value, *state[:] = jax_step(*state, *data)
         return jax.block_until_ready(value)
 
-    return "Adam step, README MLP", {"jax.jit step": (jax_call, (x, y)), "Module.trainer.step": (trainer.step, (x, y))}
+    return call
+
+
+def cnn_adam_step(jax, jnp):
+    """A small CNN's Adam step (``bench_train.py``'s: conv 3×3, 8 channels, relu, dense; batch
+    32 of 28×28×1, softmax cross-entropy)."""
+    import bench_train
+
+    loss_ig, params, data = bench_train.models(np.random.default_rng(0))["cnn"]
+    text = ig.function(loss_ig).lower(*params, *data).mlir
+    train = ig.passes.differentiate(text, wrt=list(range(len(params))), grad=False, train="adam", learning_rate=0.01)
+    module = ig.compile(train).load()
+    trainer = module.trainer(params, next(n for n in module if n.endswith("_train_step")))
+
+    def loss_jax(p, x, y):
+        k, bk, w, b = p
+        h = jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        logits = jax.nn.relu(h + bk).reshape(x.shape[0], -1) @ w + b
+        return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(logits), axis=1))
+
+    return "Adam step, small CNN", {"jax.jit step": (_jax_adam(jax, jnp, loss_jax, params, 0.01), tuple(data)),
+                                    "Module.trainer.step": (trainer.step, tuple(data))}
 
 
 def measure(programs: dict, rounds: int, calls: int) -> dict[str, float]:
@@ -126,7 +158,7 @@ def main() -> None:
     import jax.numpy as jnp
 
     print(f"per-call cost, irgrad against JAX {jax.__version__} (XLA CPU), one run")
-    for case in (trivial, hessian, adam_step):
+    for case in (trivial, hessian, adam_step, cnn_adam_step):
         title, programs = case(jax, jnp)
         result = measure(programs, args.rounds, args.calls)
         peer = next(iter(result.values()))
