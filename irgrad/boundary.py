@@ -16,7 +16,8 @@ from typing import Any
 
 __all__ = ["DTYPES", "ELEMENT_DTYPES", "IRError", "dtype_of_element", "spelling_of_dtype",
            "diagnostic", "parse", "respell_foreign", "module_text", "producer_cause",
-           "argument_names", "result_names", "RESULT_NAME", "failures_dir", "save_failed_ir", "mlir_bindings"]
+           "argument_names", "result_names", "RESULT_NAME", "failures_dir", "save_failed_ir", "mlir_bindings",
+           "struct_fields"]
 
 # numpy-style dtype name -> MLIR element type spelling. StableHLO's signless iN is signed.
 DTYPES: dict[str, str] = {
@@ -356,6 +357,21 @@ def check_nesting(text: str) -> None:
     column = at - data.rfind(b"\n", 0, at)
     raise IRError(f"invalid MLIR: line {line}:{column}: brackets nest deeper than {MAX_NESTING} levels "
                   f"({deepest}); MLIR's parser would overflow its stack on them")
+
+
+_STRUCT_FIELD = re.compile(r"(\w+)\s*=\s*(\[[^\]]*\]|-?\d+)")
+
+
+def struct_fields(attribute: Any) -> dict[str, list[int] | int]:
+    """The integer fields of a printed StableHLO struct attribute,
+    ``#stablehlo.dot<lhs_contracting_dimensions = [1], ...>`` -> ``{"lhs_contracting_dimensions": [1]}``
+    (fields left out when empty are absent). IREE ships no StableHLO Python bindings (no
+    ``iree.compiler.dialects.stablehlo``, so no typed accessors such as
+    ``DotDimensionNumbers.lhs_contracting_dimensions``): the printed form is what there is to read."""
+    out: dict[str, list[int] | int] = {}
+    for key, value in _STRUCT_FIELD.findall(str(attribute)):
+        out[key] = [int(v) for v in value[1:-1].split(",") if v.strip()] if value[0] == "[" else int(value)
+    return out
 
 
 def mlir_bindings() -> Any:

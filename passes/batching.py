@@ -281,14 +281,7 @@ def _dot_general(b: Batcher, op):
     computed with that side first so the batch comes out first; the rows of an identity
     contracted with a shared operand: that operand, relabelled (no product at all)"""
     lhs, rhs = b.operands(op)
-    if op.name == "stablehlo.dot":
-        dims = {"lhs_batching_dimensions": [], "rhs_batching_dimensions": [],
-                "lhs_contracting_dimensions": [len(shape(op.operands[0])) - 1],
-                "rhs_contracting_dimensions": [0]}
-    else:
-        dims = hlo.read_struct(op, "dot_dimension_numbers")
-    lb, rb = dims.get("lhs_batching_dimensions", []), dims.get("rhs_batching_dimensions", [])
-    lc, rc = dims.get("lhs_contracting_dimensions", []), dims.get("rhs_contracting_dimensions", [])
+    lb, rb, lc, rc = hlo.dot_dimensions(op)
     el = elem(op.result)
     if lhs in b.batched and rhs in b.batched:
         return b.mark([_dot(lhs, rhs, [0, *_plus1(lb)], [0, *_plus1(rb)], _plus1(lc), _plus1(rc), el)])

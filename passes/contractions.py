@@ -6,16 +6,6 @@ from .mlir import elem, ir, shape
 from .forward import bilinear
 from .registry import adjoint, tangent
 
-_DOT_FIELDS = ("lhs_batching_dimensions", "rhs_batching_dimensions",
-               "lhs_contracting_dimensions", "rhs_contracting_dimensions")
-
-
-def dot_dimensions(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int]]:
-    """(lhs_batch, rhs_batch, lhs_contract, rhs_contract) of a dot_general."""
-    fields = hlo.read_struct(op, "dot_dimension_numbers")
-    return tuple(list(fields.get(name, [])) for name in _DOT_FIELDS)
-
-
 def _transpose_back(t: ir.Value, source_dims: list[int]) -> ir.Value:
     """t's dim j holds operand dim source_dims[j]: permute into operand order."""
     return hlo.transpose(t, [source_dims.index(i) for i in range(len(source_dims))])
@@ -24,14 +14,14 @@ def _transpose_back(t: ir.Value, source_dims: list[int]) -> ir.Value:
 @adjoint("stablehlo.dot_general")
 def _dot_general(op, cts):
     """d lhs = ct . rhs over rhs's free dims; d rhs = ct . lhs over lhs's free dims"""
-    return _dot_adjoint(cts[0], *op.operands, *dot_dimensions(op))
+    return _dot_adjoint(cts[0], *op.operands, *hlo.dot_dimensions(op))
 
 
 @adjoint("stablehlo.dot")
 def _dot(op, cts):
     """the older dot: a dot_general contracting lhs's last dim with rhs's first"""
     lhs, rhs = op.operands
-    return _dot_adjoint(cts[0], lhs, rhs, [], [], [len(shape(lhs)) - 1], [0])
+    return _dot_adjoint(cts[0], lhs, rhs, *hlo.dot_dimensions(op))
 
 
 def _dot_adjoint(ct, lhs, rhs, lb, rb, lc, rc):

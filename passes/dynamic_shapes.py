@@ -180,9 +180,7 @@ def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Ope
     elif name == "stablehlo.dot_general":
         a, b = op.operands
         out = op.results[0]
-        dims = hlo.read_struct(op, "dot_dimension_numbers")
-        lb, rb = dims.get("lhs_batching_dimensions", []), dims.get("rhs_batching_dimensions", [])
-        lc, rc = dims.get("lhs_contracting_dimensions", []), dims.get("rhs_contracting_dimensions", [])
+        lb, rb, lc, rc = hlo.dot_dimensions(op)
         j = 0
         for p, q in zip(lb, rb):
             classes.union(_dim(a, p), _dim(out, j))
@@ -399,9 +397,7 @@ def _reshape_by_groups(op: ir.Operation) -> ir.Value | None:
 
 def _dot_by_groups(op: ir.Operation) -> ir.Value | None:
     a, b = op.operands
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    lb, rb = list(dims.get("lhs_batching_dimensions", [])), list(dims.get("rhs_batching_dimensions", []))
-    lc, rc = list(dims.get("lhs_contracting_dimensions", [])), list(dims.get("rhs_contracting_dimensions", []))
+    lb, rb, lc, rc = hlo.dot_dimensions(op)
     lf = [d for d in range(len(shape(a))) if d not in lb + lc]
     rf = [d for d in range(len(shape(b))) if d not in rb + rc]
     # Grouped: lhs as [batch, free, contract], rhs as [batch, contract, free].
@@ -437,12 +433,12 @@ def _dot_by_groups(op: ir.Operation) -> ir.Value | None:
 def _dot_needs_groups(op: ir.Operation) -> bool:
     if op.name != "stablehlo.dot_general" or hlo.is_static(op.operands[0]) and hlo.is_static(op.operands[1]):
         return False
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    for v, batch, contract in ((op.operands[0], "lhs_batching_dimensions", "lhs_contracting_dimensions"),
-                               (op.operands[1], "rhs_batching_dimensions", "rhs_contracting_dimensions")):
-        fixed = dims.get(batch, []) + dims.get(contract, [])
+    dims = hlo.dot_dimensions(op)
+    for v, batch, contract in ((op.operands[0], dims.lhs_batch, dims.lhs_contract),
+                               (op.operands[1], dims.rhs_batch, dims.rhs_contract)):
+        fixed = batch + contract
         free = [d for d in range(len(shape(v))) if d not in fixed]
-        for group in (free, dims.get(contract, [])):
+        for group in (free, contract):
             if len(group) > 1 and any(shape(v)[d] == DYNAMIC for d in group):
                 return True
     return False

@@ -11,10 +11,12 @@ import itertools
 
 import re
 from functools import cache
+from typing import NamedTuple
 from collections.abc import Sequence
 
 import numpy as np
 
+from ..boundary import struct_fields
 from .mlir import context, elem, element_type, ir, is_float_type, shape, tensor_type
 
 Value = ir.Value
@@ -602,7 +604,11 @@ def composite(name: str, operands: Sequence[Value], result_types: Sequence[ir.Ty
 
 # ----- windows, convolutions, indexing, sorting, branches ----------------------------
 
-_FIELD = re.compile(r"(\w+)\s*=\s*(\[[^\]]*\]|-?\d+)")
+# IREE ships no StableHLO Python bindings (no ``iree.compiler.dialects.stablehlo``: no typed
+# ``DotDimensionNumbers`` / ``GatherDimensionNumbers`` / ``ScatterDimensionNumbers`` /
+# ``ConvDimensionNumbers`` accessors), so struct attributes are read from their printed form,
+# by ``boundary.struct_fields`` (the one reader, which the runtime shares) and, for convolution
+# layouts, one regular expression below.
 GATHER_FIELDS = ("offset_dims", "collapsed_slice_dims", "operand_batching_dims",
                  "start_indices_batching_dims", "start_index_map", "index_vector_dim")
 SCATTER_FIELDS = ("update_window_dims", "inserted_window_dims", "input_batching_dims",
@@ -611,14 +617,31 @@ SCATTER_FIELDS = ("update_window_dims", "inserted_window_dims", "input_batching_
 
 def read_struct(op: ir.Operation, name: str) -> dict[str, list[int] | int]:
     """The fields of a StableHLO struct attribute such as ``#stablehlo.gather<...>``."""
-    out: dict[str, list[int] | int] = {}
-    for key, value in _FIELD.findall(str(op.attributes[name])):
-        out[key] = [int(v) for v in value[1:-1].split(",") if v.strip()] if value[0] == "[" else int(value)
-    return out
+    return struct_fields(op.attributes[name])
+
+
+class DotDimensions(NamedTuple):
+    """A ``dot_general``'s dimension numbers, each a list of operand dimensions."""
+
+    lhs_batch: list[int]
+    rhs_batch: list[int]
+    lhs_contract: list[int]
+    rhs_contract: list[int]
+
+
+def dot_dimensions(op: ir.Operation) -> DotDimensions:
+    """The dimension numbers of a ``dot_general``, or of the older ``dot`` (lhs's last
+    dimension contracted with rhs's first): the one reader of dot dimension numbers."""
+    if op.name == "stablehlo.dot":
+        return DotDimensions([], [], [len(shape(op.operands[0])) - 1], [0])
+    fields = read_struct(op, "dot_dimension_numbers")
+    return DotDimensions(*(list(fields.get(f"{side}_{kind}_dimensions", []))  # type: ignore[arg-type]
+                           for kind in ("batching", "contracting") for side in ("lhs", "rhs")))
 
 
 def read_conv_layouts(op: ir.Operation) -> list[list[str]]:
-    """The three layouts of ``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>``."""
+    """The three layouts of ``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>``
+    (no typed accessor: see above)."""
     text = str(op.attributes["dimension_numbers"])
     return [[t.strip() for t in layout.split(",")] for layout in re.findall(r"\[([^\]]*)\]", text)]
 

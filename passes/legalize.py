@@ -132,8 +132,8 @@ def _flatten_reduce(op: ir.Operation) -> None:
 
 def _rhs_free_dims(op: ir.Operation) -> list[int]:
     """The dimensions of a ``dot_general``'s rhs that are neither batch nor contracted."""
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    fixed = dims.get("rhs_batching_dimensions", []) + dims.get("rhs_contracting_dimensions", [])
+    dims = hlo.dot_dimensions(op)
+    fixed = dims.rhs_batch + dims.rhs_contract
     return [d for d in range(len(shape(op.operands[1]))) if d not in fixed]
 
 
@@ -144,10 +144,10 @@ def _wider(op: ir.Operation) -> int:
     free = _rhs_free_dims(op)
     if len(free) != 1 or any(s < 0 for s in lhs + rhs):
         return 0
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    lhs_fixed = dims.get("lhs_batching_dimensions", []) + dims.get("lhs_contracting_dimensions", [])
-    batch = math.prod(rhs[d] for d in dims.get("rhs_batching_dimensions", []))
-    k = math.prod(rhs[d] for d in dims.get("rhs_contracting_dimensions", []))
+    dims = hlo.dot_dimensions(op)
+    lhs_fixed = dims.lhs_batch + dims.lhs_contract
+    batch = math.prod(rhs[d] for d in dims.rhs_batch)
+    k = math.prod(rhs[d] for d in dims.rhs_contract)
     m = math.prod(s for d, s in enumerate(lhs) if d not in lhs_fixed)
     n = rhs[free[0]]
     width = choices.matmul_width(batch, m, n, k, is_float(op.results[0]))

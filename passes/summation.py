@@ -121,8 +121,7 @@ def contraction_chunks(op: ir.Operation) -> int:
     lhs, rhs = (shape(v) for v in op.operands)
     if any(n < 0 for n in lhs + rhs) or not all(_narrow_float(v) for v in op.operands):
         return 0
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    contracting = dims.get("lhs_contracting_dimensions", [])
+    contracting = hlo.dot_dimensions(op).lhs_contract
     k = math.prod(lhs[d] for d in contracting)
     if k <= THRESHOLD:
         return 0
@@ -150,9 +149,7 @@ def rewrite_contraction(op: ir.Operation, chunks: int) -> ir.Value:
     chunks of its longest contracting dimension, the chunks summed by ``blocked_sum`` (the
     entries past the last whole chunk contracted on their own and added)."""
     lhs, rhs = op.operands
-    dims = hlo.read_struct(op, "dot_dimension_numbers")
-    lb, rb = dims.get("lhs_batching_dimensions", []), dims.get("rhs_batching_dimensions", [])
-    lc, rc = dims.get("lhs_contracting_dimensions", []), dims.get("rhs_contracting_dimensions", [])
+    lb, rb, lc, rc = hlo.dot_dimensions(op)
     i = max(range(len(lc)), key=lambda j: shape(lhs)[lc[j]])
     dl, dr, n = lc[i], rc[i], shape(lhs)[lc[i]]
     length = -(-n // chunks)

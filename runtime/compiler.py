@@ -36,7 +36,7 @@ from .artifact import Artifact, atomic_write
 from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, UNUSED_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target, format_bytes
-from ..boundary import module_text, parse, respell_foreign, save_failed_ir
+from ..boundary import module_text, parse, respell_foreign, save_failed_ir, struct_fields
 from .signature import public_functions, signature_of
 
 __all__ = [
@@ -323,9 +323,8 @@ def _contraction(op: Any) -> int:
     lhs, rhs = (ir.RankedTensorType(v.type).shape for v in op.operands[:2])
     attrs = op.attributes
     if name == "stablehlo.dot_general":
-        dims = str(attrs["dot_dimension_numbers"])
-        found = re.search(r"lhs_contracting_dimensions = \[([\d, ]*)\]", dims)
-        return math.prod(lhs[int(d)] for d in found.group(1).split(",") if d.strip()) if found else 1
+        contracting = struct_fields(attrs["dot_dimension_numbers"]).get("lhs_contracting_dimensions", [])
+        return math.prod(lhs[d] for d in contracting)  # type: ignore[union-attr]
     layout = _CONV_LAYOUT.search(str(attrs["dimension_numbers"])) if "dimension_numbers" in attrs else None
     kernel = [c.strip() for c in layout.group(1).split(",")] if layout else []
     out_features = rhs[kernel.index("o")] if "o" in kernel else 1
