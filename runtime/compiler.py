@@ -36,7 +36,7 @@ from .artifact import Artifact, atomic_write
 from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, UNUSED_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target, format_bytes
-from ..boundary import module_text, parse, respell_foreign, save_failed_ir, struct_fields
+from ..boundary import mlir_bindings, module_text, parse, respell_foreign, save_failed_ir, struct_fields
 from .signature import public_functions, signature_of
 
 __all__ = [
@@ -225,8 +225,7 @@ def _annotate(
 ) -> tuple[str, dict[str, Any]]:
     """Parses the module, writes irgrad's metadata into each public function's
     ``iree.reflection`` and returns the text to compile plus the metadata."""
-    from iree.compiler import ir
-
+    ir = mlir_bindings()
     info = {
         "schema": SCHEMA,
         "target": options.target.value,
@@ -291,8 +290,7 @@ def estimate_work(op: Any) -> float:
     and convolutions / ``_MACS_PER_UNIT``.
     Infinite when a shape is known only at run time. ``loader.load`` runs modules of little
     work on ``local-sync``, where a call skips ``local-task``'s worker wake-ups."""
-    from iree.compiler import ir
-
+    ir = mlir_bindings()
     total = 0.0
 
     def visit(inner: Any) -> Any:
@@ -315,8 +313,7 @@ def estimate_work(op: Any) -> float:
 
 def _contraction(op: Any) -> int:
     """Multiply-adds per result element of a ``dot_general`` or ``convolution`` (else 0)."""
-    from iree.compiler import ir
-
+    ir = mlir_bindings()
     name = op.name
     if name not in ("stablehlo.dot_general", "stablehlo.convolution"):
         return 0

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ..boundary import DTYPES as _DTYPE_SPELLINGS
-from ..boundary import ELEMENT_DTYPES, argument_names, parse, result_names
+from ..boundary import ELEMENT_DTYPES, argument_names, mlir_bindings, parse, result_names
 
 __all__ = ["TensorType", "Signature", "DTYPES", "parse_signatures", "parse_declaration"]
 
@@ -141,8 +141,7 @@ def public_functions(module: Any) -> list[Any]:
 
 def signature_of(func_op: Any) -> Signature:
     """The Signature of a parsed ``func.func`` op."""
-    from iree.compiler import ir
-
+    ir = mlir_bindings()
     attrs = func_op.attributes
     name = ir.StringAttr(attrs["sym_name"]).value
     ftype = ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value)
@@ -168,8 +167,7 @@ def parse_signatures(text: str) -> dict[str, Signature]:
 
     Raises IRParseError (a ValueError) when the text does not parse.
     """
-    from iree.compiler import ir
-
+    ir = mlir_bindings()
     with ir.Context() as context:
         module = parse(text, context)
         return {sig.name: sig for sig in map(signature_of, public_functions(module))}

@@ -81,6 +81,19 @@ def test_the_boundary_is_a_leaf():
                                                                                      if isinstance(n, ast.ImportFrom))
 
 
+def test_the_runtime_reaches_the_mlir_bindings_through_one_shim():
+    """runtime/ and irgrad.boundary load ``iree.compiler.ir`` in one place, ``boundary.mlir_bindings``
+    (passes/ has its own shim, passes/mlir.py)."""
+    sites = []
+    for path in [*(ROOT / "runtime").glob("*.py"), ROOT / "irgrad" / "boundary.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "iree.compiler" and \
+                    any(a.name == "ir" for a in node.names) or isinstance(node, ast.Import) and \
+                    any(a.name.startswith("iree.compiler.ir") for a in node.names):
+                sites.append(f"{path.name}:{node.lineno}")
+    assert len(sites) == 1 and sites[0].startswith("boundary.py:"), sites
+
+
 def test_ci_runs_exactly_the_readme_test_command():
     readme = (ROOT / "README.md").read_text().splitlines()
     i = readme.index("<!-- test-command -->")
