@@ -32,7 +32,7 @@ WITHOUT_BATCHING_RULE = {
                      "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape"],
                     "a run-time shape: the batcher runs any such block as a loop (MissingBatchingRule)"),
     **dict.fromkeys(["stablehlo.batch_norm_inference", "stablehlo.batch_norm_training"],
-                    "JAX and irgrad emit the decomposed form; vectorized_map runs a loop"),
+                    "not written yet (JAX emits batch norm decomposed): vectorized_map runs a loop"),
     "stablehlo.broadcast": "the older broadcast (irgrad and JAX emit broadcast_in_dim): a loop",
     "stablehlo.custom_call": "an opaque call: a loop over the batch",
 }
