@@ -55,6 +55,7 @@ def suggestion(given: object, names: Sequence[str | None], prefix: str = "") -> 
 
 
 def public_functions(module: ir.Module) -> list[ir.Operation]:
+    """The module's public ``func.func`` ops (those without ``sym_visibility = "private"``), in order."""
     return [op for op in functions(module) if is_public(op)]
 
 
@@ -81,6 +82,7 @@ def functions(module: ir.Module) -> list[ir.Operation]:
 
 
 def function_name(op: ir.Operation) -> str:
+    """The symbol name of a ``func.func`` op: ``"loss"`` for ``func.func @loss``."""
     return ir.StringAttr(op.attributes["sym_name"]).value
 
 

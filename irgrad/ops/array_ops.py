@@ -36,19 +36,25 @@ def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
 
 
 def fill(dims, value, name="Fill") -> Tensor:
+    """A tensor of shape ``dims`` with every element ``value`` (``tf.fill``); the dtype is ``value``'s."""
     value_arr, dt = as_numpy(value, None)
     return constant(value_arr, dt, shape=dims, name=name)
 
 
 def zeros(shape, dtype=dtypes.float32, name="zeros") -> Tensor:
+    """A tensor of ``shape`` filled with 0 (``tf.zeros``), of ``dtype`` (default float32)."""
     return constant(0, dtypes.as_dtype(dtype), shape=_static_shape(shape), name=name)
 
 
 def ones(shape, dtype=dtypes.float32, name="ones") -> Tensor:
+    """A tensor of ``shape`` filled with 1 (``tf.ones``), of ``dtype`` (default float32)."""
     return constant(1, dtypes.as_dtype(dtype), shape=_static_shape(shape), name=name)
 
 
 def zeros_like(input, dtype=None, name="zeros_like") -> Tensor:  # noqa: A002
+    """Zeros of ``input``'s shape, of ``dtype`` or ``input``'s (``tf.zeros_like``); a shape known only
+    at run time is read at run time.
+    """
     x = convert_to_tensor(input)
     if not x.shape.is_fully_defined:
         return _filled_like(x, 0, dtype, name)
@@ -56,6 +62,9 @@ def zeros_like(input, dtype=None, name="zeros_like") -> Tensor:  # noqa: A002
 
 
 def ones_like(input, dtype=None, name="ones_like") -> Tensor:  # noqa: A002
+    """Ones of ``input``'s shape, of ``dtype`` or ``input``'s (``tf.ones_like``); a shape known only
+    at run time is read at run time.
+    """
     x = convert_to_tensor(input)
     if not x.shape.is_fully_defined:
         return _filled_like(x, 1, dtype, name)
@@ -82,6 +91,11 @@ def _static_shape(shape) -> tuple[int, ...]:
 # ----- shapes -----
 
 def reshape(tensor, shape, name=None) -> Tensor:
+    """``tensor``'s elements in row-major order under a new ``shape`` (``tf.reshape``); one
+    dimension may be -1, inferred from the element count.
+
+    Gradient: ``ct`` reshaped back to the input's shape.
+    """
     x = convert_to_tensor(tensor)
     dims = list(_static_shape_allowing_minus_one(shape))
     if not x.shape.is_fully_defined:
@@ -154,6 +168,11 @@ def _static_shape_allowing_minus_one(shape) -> tuple[int, ...]:
 
 
 def transpose(a, perm=None, name=None) -> Tensor:
+    """Dimensions permuted: result dimension ``i`` is ``a``'s dimension ``perm[i]``
+    (``tf.transpose``); ``perm=None`` reverses them.
+
+    Gradient: ``ct`` transposed by the inverse permutation.
+    """
     x = convert_to_tensor(a)
     rank = x.ndim
     perm = list(reversed(range(rank))) if perm is None else [int(p) % rank if rank else 0 for p in perm]
@@ -165,6 +184,10 @@ def transpose(a, perm=None, name=None) -> Tensor:
 
 
 def broadcast_to(input, shape, name=None) -> Tensor:  # noqa: A002
+    """``input`` broadcast to ``shape`` by numpy's rules (``tf.broadcast_to``).
+
+    Gradient: ``ct`` summed over the broadcast dimensions.
+    """
     x = convert_to_tensor(input)
     shape = _static_shape(shape)
     name = name or "BroadcastTo"
@@ -177,6 +200,11 @@ def broadcast_to(input, shape, name=None) -> Tensor:  # noqa: A002
 
 
 def expand_dims(input, axis, name=None) -> Tensor:  # noqa: A002
+    """``input`` with a dimension of size 1 inserted at ``axis`` (``tf.expand_dims``; negative
+    ``axis`` counts from the end of the result).
+
+    Gradient: ``ct`` reshaped back.
+    """
     x = convert_to_tensor(input)
     rank = x.ndim
     if not -rank - 1 <= axis <= rank:
@@ -192,6 +220,11 @@ def expand_dims(input, axis, name=None) -> Tensor:  # noqa: A002
 
 
 def squeeze(input, axis=None, name=None) -> Tensor:  # noqa: A002
+    """``input`` without its size-1 dimensions, or only those in ``axis`` (``tf.squeeze``);
+    naming a dimension whose size is not 1 raises ``ValueError``.
+
+    Gradient: ``ct`` reshaped back.
+    """
     x = convert_to_tensor(input)
     if axis is None:
         axes = [i for i, d in enumerate(x.shape) if d == 1]
@@ -210,6 +243,11 @@ def squeeze(input, axis=None, name=None) -> Tensor:  # noqa: A002
 
 
 def concat(values, axis, name="concat") -> Tensor:
+    """``values`` joined along the existing dimension ``axis`` (``tf.concat``); every other
+    dimension must agree.
+
+    Gradient: ``ct`` sliced back into one piece per input.
+    """
     tensors = same_dtype([convert_to_tensor(v) for v in values], name)
     if len(tensors) == 1:
         return tensors[0]
@@ -223,6 +261,11 @@ def concat(values, axis, name="concat") -> Tensor:
 
 
 def unstack(value, num=None, axis=0, name="unstack") -> list[Tensor]:
+    """The slices of ``value`` along ``axis`` as a list of ``num`` tensors of one rank less
+    (``tf.unstack``); ``num`` defaults to that dimension's static size.
+
+    Gradient: the slices' cotangents stacked back.
+    """
     x = convert_to_tensor(value)
     axis = normalize_axis(axis, x.ndim, name)
     index = [builtins.slice(None)] * axis
@@ -395,10 +438,16 @@ def shape(input, out_type=dtypes.int32, name=None) -> Tensor:  # noqa: A002
 
 
 def rank(input, name=None) -> Tensor:  # noqa: A002
+    """The number of dimensions of ``input`` as an int32 scalar tensor (``tf.rank``): a
+    constant, since irgrad's ranks are static.
+    """
     return constant(convert_to_tensor(input).ndim, dtypes.int32, name=name or "Rank")
 
 
 def size(input, out_type=dtypes.int32, name=None) -> Tensor:  # noqa: A002
+    """The number of elements of ``input`` as a scalar tensor of ``out_type`` (``tf.size``):
+    a constant for a static shape.
+    """
     return constant(convert_to_tensor(input).shape.num_elements(), out_type, name=name or "Size")
 
 

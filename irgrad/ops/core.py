@@ -199,6 +199,11 @@ def same_dtype(tensors: list[Tensor], op: str) -> list[Tensor]:
 
 
 def stack(values, axis=0, name="stack") -> Tensor:
+    """``values`` (tensors of one shape) joined along a new dimension ``axis`` (``tf.stack``):
+    the result has rank one more.
+
+    Gradient: ``ct`` sliced back along ``axis``, one slice per input.
+    """
     tensors = same_dtype([convert_to_tensor(v) for v in values], name)
     shape = tuple(tensors[0].shape)
     for t in tensors[1:]:

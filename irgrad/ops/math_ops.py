@@ -25,14 +25,26 @@ def binary_op(op: str, x, y, name: str, *, numeric: bool = True) -> Tensor:
 # ----- arithmetic -----
 
 def add(x, y, name=None) -> Tensor:
+    """Elementwise ``x + y`` (``tf.math.add``); also the ``+`` operator. Broadcasts like numpy.
+
+    Gradient: ``ct`` to each input, summed over the dimensions it was broadcast along.
+    """
     return binary_op("stablehlo.add", x, y, name or "add")
 
 
 def subtract(x, y, name=None) -> Tensor:
+    """Elementwise ``x - y`` (``tf.math.subtract``); also ``-``. Broadcasts like numpy.
+
+    Gradient: ``ct`` for ``x``, ``-ct`` for ``y`` (each summed over its broadcast dimensions).
+    """
     return binary_op("stablehlo.subtract", x, y, name or "sub")
 
 
 def multiply(x, y, name=None) -> Tensor:
+    """Elementwise ``x * y`` (``tf.math.multiply``); also ``*``. Broadcasts like numpy.
+
+    Gradient: ``ct * y`` for ``x``, ``ct * x`` for ``y``.
+    """
     return binary_op("stablehlo.multiply", x, y, name or "mul")
 
 
@@ -46,6 +58,11 @@ def divide(x, y, name=None) -> Tensor:
 
 
 def floordiv(x, y, name=None) -> Tensor:
+    """Elementwise floor division ``x // y`` (``tf.math.floordiv``); also ``//``. Rounds toward
+    negative infinity for integers too, as Python does. Broadcasts like numpy.
+
+    Gradient: none (piecewise constant).
+    """
     x, y = convert_pair(x, y, name or "floordiv")
     if x.dtype.is_floating:
         return floor(divide(x, y), name=name or "floordiv")
@@ -64,90 +81,174 @@ def mod(x, y, name=None) -> Tensor:
 
 
 def pow(x, y, name=None) -> Tensor:  # noqa: A001
+    """Elementwise ``x ** y`` (``tf.math.pow``); also ``**``. Broadcasts like numpy.
+
+    Gradient: ``ct * y * x**(y-1)`` for ``x`` and ``ct * log(x) * x**y`` for ``y``.
+    """
     return binary_op("stablehlo.power", x, y, name or "pow")
 
 
 def negative(x, name=None) -> Tensor:
+    """Elementwise ``-x`` (``tf.math.negative``); also unary ``-``.
+
+    Gradient: ``-ct``.
+    """
     return _unary("stablehlo.negate", x, name or "neg", floating=False)
 
 
 def abs(x, name=None) -> Tensor:  # noqa: A001
+    """Elementwise absolute value ``|x|`` (``tf.math.abs``).
+
+    Gradient: ``ct * sign(x)`` (0 at ``x == 0``, as TensorFlow).
+    """
     return _unary("stablehlo.abs", x, name or "abs", floating=False)
 
 
 def sign(x, name=None) -> Tensor:
+    """Elementwise sign: -1, 0 or 1 (``tf.math.sign``).
+
+    Gradient: zero.
+    """
     return _unary("stablehlo.sign", x, name or "sign", floating=False)
 
 
 def square(x, name=None) -> Tensor:
+    """Elementwise ``x * x`` (``tf.math.square``).
+
+    Gradient: ``ct * 2x``.
+    """
     x = convert_to_tensor(x)
     require(x, "square", numeric=True)
     return emit(name or "square", lambda: hlo.multiply(x.value, x.value))
 
 
 def maximum(x, y, name=None) -> Tensor:
+    """Elementwise ``max(x, y)`` (``tf.math.maximum``). Broadcasts like numpy.
+
+    Gradient: ``ct`` goes to the larger input; on a tie to ``x``, as TensorFlow.
+    """
     return binary_op("stablehlo.maximum", x, y, name or "maximum")
 
 
 def minimum(x, y, name=None) -> Tensor:
+    """Elementwise ``min(x, y)`` (``tf.math.minimum``). Broadcasts like numpy.
+
+    Gradient: ``ct`` goes to the smaller input; on a tie to ``x``, as TensorFlow.
+    """
     return binary_op("stablehlo.minimum", x, y, name or "minimum")
 
 
 # ----- transcendental -----
 
 def exp(x, name=None) -> Tensor:
+    """Elementwise ``e ** x`` (``tf.math.exp``).
+
+    Gradient: ``ct * exp(x)`` (the result reused).
+    """
     return _unary("stablehlo.exponential", x, name or "exp")
 
 
 def log(x, name=None) -> Tensor:
+    """Elementwise natural logarithm (``tf.math.log``): ``-inf`` at 0, NaN below.
+
+    Gradient: ``ct / x``.
+    """
     return _unary("stablehlo.log", x, name or "log")
 
 
 def log1p(x, name=None) -> Tensor:
+    """Elementwise ``log(1 + x)`` (``tf.math.log1p``), accurate for small ``x``.
+
+    Gradient: ``ct / (1 + x)``.
+    """
     return _unary("stablehlo.log_plus_one", x, name or "log1p")
 
 
 def expm1(x, name=None) -> Tensor:
+    """Elementwise ``exp(x) - 1`` (``tf.math.expm1``), accurate for small ``x``.
+
+    Gradient: ``ct * exp(x)``.
+    """
     return _unary("stablehlo.exponential_minus_one", x, name or "expm1")
 
 
 def sqrt(x, name=None) -> Tensor:
+    """Elementwise square root (``tf.math.sqrt``).
+
+    Gradient: ``ct / (2 sqrt(x))`` (infinite at 0).
+    """
     return _unary("stablehlo.sqrt", x, name or "sqrt")
 
 
 def rsqrt(x, name=None) -> Tensor:
+    """Elementwise ``1 / sqrt(x)`` (``tf.math.rsqrt``).
+
+    Gradient: ``-ct / (2 x sqrt(x))``.
+    """
     return _unary("stablehlo.rsqrt", x, name or "rsqrt")
 
 
 def sin(x, name=None) -> Tensor:
+    """Elementwise sine, in radians (``tf.math.sin``); lowers to ``stablehlo.sine``.
+
+    Gradient: ``ct * cos(x)``.
+    """
     return _unary("stablehlo.sine", x, name or "sin")
 
 
 def cos(x, name=None) -> Tensor:
+    """Elementwise cosine, in radians (``tf.math.cos``).
+
+    Gradient: ``-ct * sin(x)``.
+    """
     return _unary("stablehlo.cosine", x, name or "cos")
 
 
 def tan(x, name=None) -> Tensor:
+    """Elementwise tangent, in radians (``tf.math.tan``).
+
+    Gradient: ``ct * (1 + tan(x)**2)``.
+    """
     return _unary("stablehlo.tan", x, name or "tan")
 
 
 def tanh(x, name=None) -> Tensor:
+    """Elementwise hyperbolic tangent (``tf.math.tanh``); lowers to ``stablehlo.tanh``.
+
+    Gradient: ``ct * (1 - tanh(x)**2)`` (the result reused).
+    """
     return _unary("stablehlo.tanh", x, name or "tanh")
 
 
 def sigmoid(x, name=None) -> Tensor:
+    """Elementwise logistic function ``1 / (1 + exp(-x))`` (``tf.math.sigmoid``).
+
+    Gradient: ``ct * y * (1 - y)`` with ``y`` the result.
+    """
     return _unary("stablehlo.logistic", x, name or "sigmoid")
 
 
 def erf(x, name=None) -> Tensor:
+    """Elementwise Gauss error function (``tf.math.erf``).
+
+    Gradient: ``ct * 2 / sqrt(pi) * exp(-x**2)``.
+    """
     return _unary("chlo.erf", x, name or "erf")
 
 
 def floor(x, name=None) -> Tensor:
+    """Elementwise largest integer not above ``x``, as floats (``tf.math.floor``).
+
+    Gradient: zero (piecewise constant).
+    """
     return _unary("stablehlo.floor", x, name or "floor")
 
 
 def ceil(x, name=None) -> Tensor:
+    """Elementwise smallest integer not below ``x``, as floats (``tf.math.ceil``).
+
+    Gradient: zero (piecewise constant).
+    """
     return _unary("stablehlo.ceil", x, name or "ceil")
 
 
@@ -165,26 +266,40 @@ def _compare(direction: str, x, y, name: str) -> Tensor:
 
 
 def equal(x, y, name=None) -> Tensor:
+    """Elementwise ``x == y`` as a bool tensor (``tf.math.equal``). Broadcasts like numpy. Not differentiable."""
     return _compare("EQ", x, y, name or "equal")
 
 
 def not_equal(x, y, name=None) -> Tensor:
+    """Elementwise ``x != y`` as a bool tensor (``tf.math.not_equal``). Broadcasts like numpy. Not differentiable."""
     return _compare("NE", x, y, name or "not_equal")
 
 
 def less(x, y, name=None) -> Tensor:
+    """Elementwise ``x < y`` as a bool tensor (``tf.math.less``); also ``<``. Broadcasts like numpy.
+    Not differentiable.
+    """
     return _compare("LT", x, y, name or "less")
 
 
 def less_equal(x, y, name=None) -> Tensor:
+    """Elementwise ``x <= y`` as a bool tensor (``tf.math.less_equal``); also ``<=``. Broadcasts like numpy.
+    Not differentiable.
+    """
     return _compare("LE", x, y, name or "less_equal")
 
 
 def greater(x, y, name=None) -> Tensor:
+    """Elementwise ``x > y`` as a bool tensor (``tf.math.greater``); also ``>``. Broadcasts like numpy.
+    Not differentiable.
+    """
     return _compare("GT", x, y, name or "greater")
 
 
 def greater_equal(x, y, name=None) -> Tensor:
+    """Elementwise ``x >= y`` as a bool tensor (``tf.math.greater_equal``); also ``>=``. Broadcasts like numpy.
+    Not differentiable.
+    """
     return _compare("GE", x, y, name or "greater_equal")
 
 
@@ -194,14 +309,17 @@ def _logical(op: str, x, y, name: str) -> Tensor:
 
 
 def logical_and(x, y, name=None) -> Tensor:
+    """Elementwise ``x and y`` of bool tensors (``tf.math.logical_and``). Broadcasts like numpy."""
     return _logical("stablehlo.and", x, y, name or "logical_and")
 
 
 def logical_or(x, y, name=None) -> Tensor:
+    """Elementwise ``x or y`` of bool tensors (``tf.math.logical_or``). Broadcasts like numpy."""
     return _logical("stablehlo.or", x, y, name or "logical_or")
 
 
 def logical_not(x, name=None) -> Tensor:
+    """Elementwise ``not x`` of a bool tensor (``tf.math.logical_not``)."""
     x = convert_to_tensor(x, dtypes.bool_)
     return emit(name or "logical_not", lambda: hlo.unary("stablehlo.not", x.value))
 
@@ -234,6 +352,10 @@ def cast(x, dtype, name=None) -> Tensor:
 
 
 def identity(x, name=None) -> Tensor:
+    """A tensor with the same value as ``x`` (``tf.identity``): a new op, so a new name in the graph.
+
+    Gradient: ``ct``, unchanged.
+    """
     x = convert_to_tensor(x)
     return emit(name or "Identity", lambda: hlo.identity(x.value))
 

@@ -27,26 +27,53 @@ def _reduce(kind: str, input_tensor, axis, keepdims: bool, name: str) -> Tensor:
 
 
 def reduce_sum(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    """Sum over ``axis`` (an int, a list, or ``None``: every dimension) (``tf.reduce_sum``);
+    ``keepdims`` keeps the reduced dimensions with size 1. Float sums of many terms are blocked
+    for accuracy when compiled.
+
+    Gradient: ``ct`` broadcast back over the reduced dimensions.
+    """
     return _reduce("add", input_tensor, axis, keepdims, name or "Sum")
 
 
 def reduce_prod(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    """Product over ``axis`` (``None``: every dimension) (``tf.reduce_prod``); ``keepdims`` as
+    ``reduce_sum``.
+
+    Gradient: ``ct`` times the product of the other elements (zeros included).
+    """
     return _reduce("mul", input_tensor, axis, keepdims, name or "Prod")
 
 
 def reduce_max(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    """Maximum over ``axis`` (``None``: every dimension) (``tf.reduce_max``); ``keepdims`` as
+    ``reduce_sum``.
+
+    Gradient: ``ct`` divided equally among the elements that tie for the maximum, as TensorFlow.
+    """
     return _reduce("max", input_tensor, axis, keepdims, name or "Max")
 
 
 def reduce_min(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    """Minimum over ``axis`` (``None``: every dimension) (``tf.reduce_min``); ``keepdims`` as
+    ``reduce_sum``.
+
+    Gradient: ``ct`` divided equally among the elements that tie for the minimum, as TensorFlow.
+    """
     return _reduce("min", input_tensor, axis, keepdims, name or "Min")
 
 
 def reduce_any(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    """Logical or of a bool tensor over ``axis`` (``None``: every dimension) (``tf.reduce_any``);
+    ``keepdims`` as ``reduce_sum``. Not differentiable.
+    """
     return _reduce("or", convert_to_tensor(input_tensor, dtypes.bool_), axis, keepdims, name or "Any")
 
 
 def reduce_all(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
+    """Logical and of a bool tensor over ``axis`` (``None``: every dimension) (``tf.reduce_all``);
+    ``keepdims`` as ``reduce_sum``. Not differentiable.
+    """
     return _reduce("and", convert_to_tensor(input_tensor, dtypes.bool_), axis, keepdims, name or "All")
 
 
