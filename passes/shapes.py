@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import hlo
 from .choices import sum_by_vecmat
+from .dynamic_shapes import annotate_nonexpanding, enclosing_function
 from .hlo import read_i64_array
 from .mlir import elem, is_float_type, shape, tensor_type
 from .forward import diagonal, linear
@@ -45,7 +46,6 @@ def _dynamic_broadcast_in_dim(op, cts):
     """as broadcast_in_dim: dx = ct summed over the new dims and the size-1 dims it expands. A
     dynamic operand dim must be known not to expand (``dynamic_shapes`` proves it where it can):
     whether it was 1 is a run-time fact that the adjoint's shape cannot follow."""
-    from .dynamic_shapes import annotate_nonexpanding, enclosing_function
     (ct,) = cts
     x = op.operands[0]
     dims = read_i64_array(op, "broadcast_dimensions")

@@ -9,9 +9,12 @@ The ``while_*`` fixtures are ``lax.while_loop``s whose trip count depends on the
 integer argument; ``jax.grad`` refuses them, so their references are JAX's gradients of the
 same computation unrolled for the fixture's inputs.
 
-The negative fixture must be rejected with a clear error and no output:
-``custom_call``: ``stablehlo.custom_call @lapack_spotrf_ffi`` is opaque ->
-``LookupError`` (``MissingAdjointError``) naming the call target.
+``custom_call`` (``jnp.linalg.cholesky`` on CPU: ``stablehlo.custom_call
+@lapack_spotrf_ffi``) has no gradient references: ``passes/lapack.py`` turns JAX's LAPACK
+calls into ``stablehlo.cholesky``, so it compiles, runs and differentiates (its gradients
+are checked against JAX and TensorFlow in ``test_spectral_peers.py``). A call irgrad does not
+know must be rejected with a clear error and no output: ``LookupError``
+(``MissingAdjointError``) naming the call target.
 """
 from __future__ import annotations
 
@@ -54,10 +57,15 @@ def test_jvp_agrees_with_jax_vjp(name):
     JAX.check_jvp(name)
 
 
+def test_lapack_call_compiles_runs_and_differentiates():
+    JAX.check_forward("custom_call", JAX.compiled("custom_call"))
+
+
 def test_custom_call_is_lookup_error_naming_the_target():
+    opaque = _text("custom_call").replace("lapack_spotrf_ffi", "my_opaque_kernel")
     with pytest.raises(LookupError, match="stablehlo.custom_call") as info:
-        passes.differentiate(_text("custom_call"), "main")
-    assert "@lapack_spotrf_ffi" in str(info.value)
+        passes.differentiate(opaque, "main")
+    assert "@my_opaque_kernel" in str(info.value)
 
 
 def test_jax_modules_with_shardy_attributes_parse():
