@@ -41,13 +41,13 @@ from .signature import public_functions, signature_of
 
 __all__ = [
     "compile", "compile_flags", "for_iree", "compiler_version", "cache_dir", "cache_stats", "clear_memory_cache",
-    "needs_system_link", "estimate_work",
+    "needs_system_link", "estimate_work", "count_kernels",
 ]
 
 log = logging.getLogger(__name__)
 
 _MEMORY_CACHE_SIZE = 64
-_CACHE_FORMAT = 4  # 2: entries are sealed (vmfb.seal); 3: metadata has "work" (the default device); 4: "unused"
+_CACHE_FORMAT = 5  # 2: sealed entries (vmfb.seal); 3: metadata "work" (the default device); 4: "unused"; 5: "kernels"
 _memory_cache: collections.OrderedDict[str, Artifact] = collections.OrderedDict()
 _stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0}
 
@@ -247,6 +247,7 @@ def _annotate(
         module = parse(mlir_text, context)
         work = estimate_work(module.operation)
         info["work"] = None if math.isinf(work) else work
+        info["kernels"] = count_kernels(module.operation)
         info_json = json.dumps(info, sort_keys=True)
         for func in public_functions(module):
             signature = signature_of(func)
@@ -309,6 +310,28 @@ def estimate_work(op: Any) -> float:
 
     op.walk(visit)
     return total
+
+
+# Ops IREE runs as kernels of their own (what elementwise ops fuse into, not what fuses away).
+_KERNEL_OPS = frozenset(f"stablehlo.{name}" for name in (
+    "dot_general", "dot", "convolution", "reduce", "reduce_window", "select_and_scatter", "transpose", "gather",
+    "scatter", "sort", "fft", "while", "case", "if"))
+
+
+def count_kernels(op: Any) -> int:
+    """How many of the ops ``op`` holds IREE runs as kernels of their own (``_KERNEL_OPS``;
+    an op inside a loop counted once): a proxy for the dispatches of a call, each of which
+    costs ``local-task`` a worker wake-up."""
+    ir = mlir_bindings()
+    count = 0
+
+    def visit(inner: Any) -> Any:
+        nonlocal count
+        count += inner.name in _KERNEL_OPS
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return count
 
 
 def _contraction(op: Any) -> int:

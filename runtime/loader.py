@@ -419,23 +419,30 @@ def _incompatible(metadata: dict[str, Any], message: str) -> str | None:
 
 log = logging.getLogger(__name__)
 
-# Work (``compiler.estimate_work``: elements produced, plus multiply-adds / 32) up to which a
-# CPU artifact runs on local-sync: on the calling thread, without local-task's worker wake-ups
-# (~25 µs a call, more a stage; x + 1 on a 200-vector: 16 µs against 40). Past it local-task's
-# threads pay off (measured on 2 cores: a 128² matmul + tanh, ~1e5, ran 2× faster synchronously;
-# a 256² one, ~7e5, equally; a 100k-element tanh/sin chain, ~5e5, 1.3× faster on local-task).
-SYNC_WORK = 1 << 17
+# Work (``compiler.estimate_work``: elements produced, plus multiply-adds / 32) per kernel
+# (``compiler.count_kernels``, at least 1, at most ``SYNC_KERNELS``) up to which a CPU artifact
+# runs on local-sync: on the calling thread, without local-task's worker wake-ups (~20-40 µs a
+# dispatch on this 2-core VM). Measured here, local-sync against local-task: a 6-op elementwise
+# chain (one kernel) of 16k elements (work 1.8e5) 20 µs against 59, of 64k (7.2e5) 61 against 81,
+# of 256k (2.9e6) 233 against 191; tanh(a @ a) at 128² (9.8e4) 30 against 63, at 256² (6.6e5)
+# 190 against 158; the 200×200 Hessian of bench_calls.py (work 1.2e6, 3 kernels) 41 against 107.
+# Capped, so that a large model never loses local-task's threads to a long list of kernels.
+SYNC_WORK = 1 << 19
+SYNC_KERNELS = 8
 
 
 def default_driver(metadata: dict[str, Any], known: Sequence[str] | None = None) -> str:
     """The driver ``load`` picks when none is given: the target's (``Target.default_driver``),
-    except for llvm-cpu artifacts of little work (``SYNC_WORK``), which run on local-sync."""
+    except for llvm-cpu artifacts of little work per kernel (``SYNC_WORK``), which run on
+    local-sync."""
     target = metadata.get("target")
     if not target:
         return "local-task"
     parsed = Target.parse(target)
     work = metadata.get("work")
-    if parsed is Target.LLVM_CPU and isinstance(work, (int, float)) and work <= SYNC_WORK \
+    kernels = metadata.get("kernels")
+    per_kernel = min(max(kernels if isinstance(kernels, int) else 1, 1), SYNC_KERNELS)
+    if parsed is Target.LLVM_CPU and isinstance(work, (int, float)) and work <= SYNC_WORK * per_kernel \
             and "local-sync" in (known if known is not None else compiled_in_drivers()):
         return "local-sync"
     return parsed.default_driver

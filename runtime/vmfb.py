@@ -187,6 +187,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
         "iree_compiler": info.get("iree_compiler"),
         "producer": info.get("producer"),
         "work": info.get("work"),
+        "kernels": info.get("kernels"),
         "functions": functions,
         "training": training,
         "unused": unused,

@@ -715,6 +715,15 @@ func.func @mm(%a: tensor<512x512xf32>) -> tensor<512x512xf32> {
     assert module.device == "local-task"
     a = np.eye(512, dtype=np.float32)
     np.testing.assert_array_equal(module["mm"](a), a)
+    assert big.metadata["kernels"] == 1 and small.metadata["kernels"] == 2  # a dot_general, a reduce
+    # Little work per kernel (a call of many small kernels, each a wake-up on local-task) stays on
+    # local-sync; past SYNC_KERNELS kernels, the work must be small outright.
+    work = 3 * rt.loader.SYNC_WORK
+    assert rt.loader.default_driver({"target": "llvm-cpu", "work": work, "kernels": 1}) == "local-task"
+    assert rt.loader.default_driver({"target": "llvm-cpu", "work": work, "kernels": 3}) == "local-sync"
+    assert rt.loader.default_driver({"target": "llvm-cpu", "work": 100 * rt.loader.SYNC_WORK,
+                                     "kernels": 1000}) == "local-task"
+    assert rt.loader.default_driver({"target": "llvm-cpu", "work": work}) == "local-task"  # built before "kernels"
     assert rt.loader.default_driver({"target": "llvm-cpu", "work": None}) == "local-task"
     assert rt.loader.default_driver({"target": "vmvx", "work": 1.0}) == "local-task"
     assert rt.load(small.vmfb, device="local-task").device == "local-task"  # an explicit choice stands
