@@ -82,6 +82,8 @@ def _constant_ints(v: ir.Value) -> list[int] | None:
     op = owner.operation if isinstance(owner, ir.OpView) else owner
     if op.name not in ("stablehlo.constant", "arith.constant"):
         return None
+    if isinstance(op.attributes["value"], ir.IntegerAttr):  # arith.constant 4 : index
+        return [ir.IntegerAttr(op.attributes["value"]).value]
     try:
         array = np.array(ir.DenseIntElementsAttr(op.attributes["value"]))
     except (ValueError, TypeError):
@@ -108,6 +110,10 @@ def _scalar(v: ir.Value) -> Hashable:
                                           "tensor.extract") and len(op.operands) >= 1:
             v = op.operands[0]
             continue
+        if op is not None and op.name == "tensor.dim":
+            d = _constant_ints(op.operands[1])
+            if d is not None and isinstance(op.operands[0].type, ir.RankedTensorType):
+                return _dim(op.operands[0], d[0])
         return ("int", v)
 
 
@@ -390,6 +396,10 @@ def _reshape_by_groups(op: ir.Operation) -> ir.Value | None:
     sizes = [None] * len(r)
     for d, n in enumerate(r):
         if n == DYNAMIC:
+            extents = _extents(target) if isinstance(elem_type(target), ir.IndexType) else None
+            if extents is not None:  # tensor.from_elements of indices (torch-mlir, TF's bridge)
+                sizes[d] = extents[d]
+                continue
             element = hlo.slice(target, [d], [d + 1], [1])
             sizes[d] = _index(hlo.reshape(element, []))
     return expand(x, groups, list(r), sizes)
@@ -513,4 +523,142 @@ def rewrite_dynamic(module: ir.Module) -> int:
             op.results[0].replace_all_uses_with(replacement)
             op.erase()
             done += 1
+    return done
+
+
+# ----- the shape dialect (torch-mlir's and TensorFlow's MLIR-bridge exports) -----------------------
+#
+# torch-mlir (``dynamic_shapes``) and TF's ``xla-legalize-tf`` write implicit broadcasting over a
+# run-time batch with the ``shape`` dialect: ``shape.shape_of``, ``shape.const_shape``,
+# ``shape.broadcast`` of two extents, ``shape.cstr_broadcastable`` and a ``shape.assuming`` region
+# around the broadcast. They become ``tensor.from_elements`` of ``tensor.dim`` / constant indices
+# (which the size classes above follow), a broadcast extent chosen from what the classes prove (the
+# same size; a static 1; otherwise ``select(a == 1, b, a)``, the broadcast rule itself), and the
+# region's body inlined (the witness is the program's own assumption: no check is dropped that a
+# compiled module would make).
+
+SHAPE_OPS = ("shape.shape_of", "shape.const_shape", "shape.broadcast", "shape.assuming",
+             "shape.cstr_broadcastable")
+
+
+def _index_constant(n: int) -> ir.Value:
+    t = ir.IndexType.get()
+    return ir.Operation.create("arith.constant", results=[t], attributes={"value": ir.IntegerAttr.get(t, n)}).result
+
+
+def _extents(v: ir.Value) -> list[ir.Value] | None:
+    """The index scalars of a 1-D shape value (``tensor.from_elements`` or a constant)."""
+    op = _producer(v)
+    if op is not None and op.name == "tensor.from_elements":
+        return list(op.operands)
+    values = _constant_ints(v)
+    return None if values is None else [_index_constant(n) for n in values]
+
+
+def _from_elements(values: list[ir.Value], like: ir.Type) -> ir.Value:
+    t = ir.RankedTensorType.get([len(values)], ir.IndexType.get())
+    out = ir.Operation.create("tensor.from_elements", results=[t], operands=values).result
+    if out.type != like:  # !shape.shape or tensor<?xindex>
+        out = ir.Operation.create("tensor.cast", results=[like], operands=[out]).result
+    return out
+
+
+def _classes_of(ops: list[ir.Operation]) -> _Classes:
+    funcs, calls = {}, {}
+    for op in ops:
+        if op.name == "func.func":
+            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+        elif op.name == "func.call":
+            calls.setdefault(str(op.attributes["callee"]).lstrip("@"), []).append(op)
+    classes = _Classes()
+    for _ in range(2):
+        for op in ops:
+            _operation(op, classes, calls, funcs)
+    return classes
+
+
+def _broadcast_extent(a: ir.Value | None, b: ir.Value | None, classes: _Classes) -> ir.Value:
+    if a is None or b is None:
+        return b if a is None else a
+    ka, kb = _scalar(a), _scalar(b)
+    if ka == ("const", 1) or classes.find(ka) == classes.find(kb):
+        return b if ka == ("const", 1) else a
+    if kb == ("const", 1) or isinstance(ka, tuple) and ka[0] == "const":
+        return a
+    if isinstance(kb, tuple) and kb[0] == "const":
+        return b
+    i1 = ir.IntegerType.get_signless(1)
+    one = _index_constant(1)
+    is_one = ir.Operation.create("arith.cmpi", results=[i1], operands=[a, one], attributes={
+        "predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}).result  # eq
+    return ir.Operation.create("arith.select", results=[a.type], operands=[is_one, b, a]).result
+
+
+def lower_shape_dialect(module: ir.Module) -> int:
+    """Rewrite the shape-dialect ops above into tensor/arith ops (in place); returns the count."""
+    ops: list[ir.Operation] = []
+    _walk(module.operation, ops)
+    if not any(op.name in SHAPE_OPS for op in ops):
+        return 0
+    done = 0
+    with module.context, ir.Location.unknown():
+        for op in ops:  # shape_of / const_shape first: broadcasts read their extents
+            if op.name not in ("shape.shape_of", "shape.const_shape"):
+                continue
+            with ir.InsertionPoint(op), op.location:
+                if op.name == "shape.shape_of":
+                    x = op.operands[0]
+                    if not isinstance(x.type, ir.RankedTensorType):
+                        continue
+                    values = [_index_constant(s) if s != DYNAMIC else
+                              ir.Operation.create("tensor.dim", results=[ir.IndexType.get()],
+                                                  operands=[x, _index_constant(d)]).result
+                              for d, s in enumerate(shape(x))]
+                else:
+                    values = [_index_constant(int(n)) for n in np.array(ir.DenseIntElementsAttr(
+                        op.attributes["shape"]))]
+                new = _from_elements(values, op.results[0].type)
+            op.results[0].replace_all_uses_with(new)
+            op.erase()
+            done += 1
+        ops = []
+        _walk(module.operation, ops)
+        classes = _classes_of(ops)
+        for op in ops:
+            if op.name != "shape.broadcast" or len(op.operands) != 2:
+                continue
+            parts = [_extents(v) for v in op.operands]
+            if any(p is None for p in parts) or not isinstance(op.results[0].type, ir.RankedTensorType):
+                continue
+            with ir.InsertionPoint(op), op.location:
+                parts = [_extents(v) for v in op.operands]
+                rank = max(len(p) for p in parts)
+                padded = [[None] * (rank - len(p)) + p for p in parts]
+                values = [_broadcast_extent(a, b, classes) for a, b in zip(*padded)]
+                new = _from_elements(values, op.results[0].type)
+            op.results[0].replace_all_uses_with(new)
+            op.erase()
+            done += 1
+        ops = []
+        _walk(module.operation, ops)
+        for op in ops:
+            if op.name != "shape.assuming":
+                continue
+            block = op.regions[0].blocks[0]
+            body = [o.operation for o in block.operations]
+            terminator = body[-1]
+            for inner in body[:-1]:
+                inner.move_before(op)
+            for r, v in zip(op.results, terminator.operands):
+                r.replace_all_uses_with(v)
+            op.erase()
+            done += 1
+        ops = []
+        _walk(module.operation, ops)
+        for op in ops:
+            if op.name == "shape.cstr_broadcastable":
+                witness = op.results[0]
+                if not list(witness.uses):
+                    op.erase()
+                    done += 1
     return done

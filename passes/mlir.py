@@ -48,8 +48,13 @@ def context() -> ir.Context:
 
 
 def parse_module(text: str | bytes) -> ir.Module:
-    """Parse StableHLO/CHLO/func text (or bytecode) into a verified module or raise IRError."""
-    return parse(text, context())
+    """Parse StableHLO/CHLO/func text (or bytecode) into a verified module or raise IRError.
+    Shape-dialect broadcasting (torch-mlir, TF's MLIR bridge) is lowered on the way in."""
+    module = parse(text, context())
+    if isinstance(text, bytes) or "shape." in text:
+        from .dynamic_shapes import lower_shape_dialect  # dynamic_shapes imports this module
+        lower_shape_dialect(module)
+    return module
 
 
 def verify(op: ir.Operation | ir.Module, what: str = "module") -> None:
