@@ -752,3 +752,44 @@ func.func @f(%x: tensor<3xf32>, %unused: tensor<4x4xf32>, %y: tensor<3xf32>) -> 
             f(x, np.zeros((4, 5), np.float32), y)
         with pytest.raises(TypeError, match="argument 1: expected dtype float32"):
             f(x, np.zeros((4, 4), np.int32), y)
+
+
+_FAULTS = r"""
+import resource, sys
+import numpy as np
+from irgrad import runtime as rt
+from irgrad.runtime import devices
+# 8M floats in, two 32 MB intermediates IREE allocates as transients and frees each call.
+m = rt.load(rt.compile('''
+func.func @f(%x: tensor<8388608xf32>) -> tensor<f32> {
+  %t = stablehlo.tanh %x : tensor<8388608xf32>
+  %s = stablehlo.sine %x : tensor<8388608xf32>
+  %u = stablehlo.multiply %t, %s : tensor<8388608xf32>
+  %e = stablehlo.exponential %u : tensor<8388608xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %r = stablehlo.reduce(%e init: %z) applies stablehlo.maximum across dimensions = [0] : (tensor<8388608xf32>, tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}''').vmfb, device="local-sync")
+x = np.linspace(-1, 1, 8388608, dtype=np.float32)
+m["f"](x)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(3):
+    m["f"](x)
+print(devices.keep_freed_memory(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 3)
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_a_cpu_call_reuses_the_memory_its_transients_were_freed_into():
+    """IREE frees a call's transient buffers at its end; glibc would return large ones to the
+    system and every call would fault them in again (devices.keep_freed_memory)."""
+    def faults(keep: str) -> tuple[str, int]:
+        env = {**os.environ, "IRGRAD_KEEP_HEAP": keep}
+        out = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True, text=True, check=True)
+        kept, count = out.stdout.split()
+        return kept, int(count)
+
+    kept, count = faults("1")
+    assert kept == "True" and count < 1000, count
+    kept, count = faults("0")
+    assert kept == "False" and count > 5000, count  # 32 MB is 8192 pages
