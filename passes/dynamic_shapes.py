@@ -278,12 +278,7 @@ def annotate_nonexpanding(module: ir.Module | ir.Operation) -> int:
     targets = [op for op in ops if needs_annotation(op)]
     if not targets:
         return 0
-    funcs, calls = {}, {}
-    for op in ops:
-        if op.name == "func.func":
-            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
-        elif op.name == "func.call":
-            calls.setdefault(str(op.attributes["callee"]).lstrip("@"), []).append(op)
+    funcs, calls = _functions_and_calls(ops)
     classes = _Classes()
     # Twice: a call's results are unified before the callee's body has been seen, and the other
     # way round; a second sweep lets facts found later reach ops met earlier (union-find makes
@@ -563,13 +558,20 @@ def _from_elements(values: list[ir.Value], like: ir.Type) -> ir.Value:
     return out
 
 
-def _classes_of(ops: list[ir.Operation]) -> _Classes:
-    funcs, calls = {}, {}
+def _functions_and_calls(ops: list[ir.Operation]) -> tuple[dict, dict]:
+    """The functions among ``ops`` by name, and the calls of each callee."""
+    funcs: dict[str, ir.Operation] = {}
+    calls: dict[str, list[ir.Operation]] = {}
     for op in ops:
         if op.name == "func.func":
             funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
         elif op.name == "func.call":
             calls.setdefault(str(op.attributes["callee"]).lstrip("@"), []).append(op)
+    return funcs, calls
+
+
+def _classes_of(ops: list[ir.Operation]) -> _Classes:
+    funcs, calls = _functions_and_calls(ops)
     classes = _Classes()
     for _ in range(2):
         for op in ops:

@@ -19,6 +19,8 @@ import pytest
 import irgrad as ig
 from irgrad import passes
 
+from test_dynamic import _numbered
+
 FIXTURES = Path(__file__).parent / "fixtures"
 BATCHES = (1, 3, 32)
 RTOL, ATOL = 1e-4, 1e-5
@@ -28,14 +30,6 @@ WORKING = [("torch_dynamic", "mlp_loss")]
 def _data(producer, name):
     with np.load(FIXTURES / producer / f"{name}.npz") as z:
         return {k: z[k] for k in z.files}
-
-
-def _numbered(data, prefix, batch):
-    out, i = [], 0
-    while f"{prefix}{i}_b{batch}" in data:
-        out.append(data[f"{prefix}{i}_b{batch}"])
-        i += 1
-    return out
 
 
 @functools.cache
