@@ -31,7 +31,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from . import hlo
-from .mlir import ir, shape
+from .mlir import SHAPE_DIALECT_HOOKS, ir, shape
 
 ELEMENTWISE = {
     f"stablehlo.{n}" for n in (
@@ -664,3 +664,6 @@ def lower_shape_dialect(module: ir.Module) -> int:
                     op.erase()
                     done += 1
     return done
+
+
+SHAPE_DIALECT_HOOKS.append(lower_shape_dialect)

@@ -10,6 +10,7 @@ import importlib.util
 import sys
 import threading
 import types
+from collections.abc import Callable
 
 from iree.compiler import ir, passmanager  # noqa: F401  (re-exported)
 
@@ -47,13 +48,19 @@ def context() -> ir.Context:
         return _context
 
 
+# Run on each parsed module that may hold shape-dialect ops: ``dynamic_shapes`` adds its
+# lowering here when it is imported (it builds on this module, which therefore cannot import it;
+# importing ``irgrad.passes`` imports both).
+SHAPE_DIALECT_HOOKS: list[Callable[[ir.Module], object]] = []
+
+
 def parse_module(text: str | bytes) -> ir.Module:
     """Parse StableHLO/CHLO/func text (or bytecode) into a verified module or raise IRError.
     Shape-dialect broadcasting (torch-mlir, TF's MLIR bridge) is lowered on the way in."""
     module = parse(text, context())
     if isinstance(text, bytes) or "shape." in text:
-        from .dynamic_shapes import lower_shape_dialect  # dynamic_shapes imports this module
-        lower_shape_dialect(module)
+        for hook in SHAPE_DIALECT_HOOKS:
+            hook(module)
     return module
 
 
