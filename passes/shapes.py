@@ -29,16 +29,20 @@ def _broadcast_in_dim(op, cts):
     """dx = reshape(sum of ct over new and expanded dims)"""
     (ct,) = cts
     x = op.operands[0]
-    dims = read_i64_array(op, "broadcast_dimensions")
-    xs, ys = shape(x), shape(ct)
+    return (hlo.reshape(_unbroadcast(ct, read_i64_array(op, "broadcast_dimensions"), shape(x)), shape(x)),)
+
+
+def _unbroadcast(ct, dims, xs):
+    """``ct`` summed over the dims a broadcast of an ``xs``-shaped operand along ``dims`` added
+    or expanded from size 1, the kept dims in the operand's order (not yet reshaped to ``xs``)."""
+    ys = shape(ct)
     summed = [d for d in range(len(ys)) if d not in dims]
     summed += [d for i, d in enumerate(dims) if xs[i] == 1 and ys[d] != 1]
     total = _sum(ct, summed)
     # The kept dims may be permuted relative to x's order.
     kept = [d for d in dims if d not in summed]
     order = sorted(range(len(kept)), key=lambda i: kept[i])
-    total = hlo.transpose(total, [order.index(i) for i in range(len(kept))]) if kept != sorted(kept) else total
-    return (hlo.reshape(total, xs),)
+    return hlo.transpose(total, [order.index(i) for i in range(len(kept))]) if kept != sorted(kept) else total
 
 
 @adjoint("stablehlo.dynamic_broadcast_in_dim")
@@ -49,7 +53,7 @@ def _dynamic_broadcast_in_dim(op, cts):
     (ct,) = cts
     x = op.operands[0]
     dims = read_i64_array(op, "broadcast_dimensions")
-    xs, ys = shape(x), shape(ct)
+    xs = shape(x)
 
     def known():
         return set(read_i64_array(op, "known_nonexpanding_dimensions")) \
@@ -64,12 +68,7 @@ def _dynamic_broadcast_in_dim(op, cts):
             f"No adjoint rule for 'stablehlo.dynamic_broadcast_in_dim' at {op.location} when operand dimension "
             f"{unknown[0]} ({x.type}) may be a size-1 broadcast only known at run time: give the op "
             f"known_nonexpanding_dimensions, or broadcast from a static size.")
-    summed = [d for d in range(len(ys)) if d not in dims]
-    summed += [d for i, d in enumerate(dims) if xs[i] == 1 and ys[d] != 1]
-    total = _sum(ct, summed)
-    kept = [d for d in dims if d not in summed]
-    order = sorted(range(len(kept)), key=lambda i: kept[i])
-    total = hlo.transpose(total, [order.index(i) for i in range(len(kept))]) if kept != sorted(kept) else total
+    total = _unbroadcast(ct, dims, xs)
     if shape(total) != xs:
         total = hlo.reshape(total, xs) if hlo.is_static(total) else _dynamic_reshape(total, x)
     return (total, None)
