@@ -1,4 +1,4 @@
-"""Large float32 sums: blocked (``passes/summation.py``) against IREE's sequential sums.
+"""Large float32 sums: blocked (``passes/lowering/summation.py``) against IREE's sequential sums.
 
     .venv/bin/python benchmarks/bench_sums.py            # about a minute, 1.5 GB of memory
     .venv/bin/python benchmarks/bench_sums.py --rounds 9
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import irgrad as ig
-from irgrad.passes import summation
+from irgrad.passes.lowering import summation
 from irgrad.runtime import compiler
 
 F32 = np.float32

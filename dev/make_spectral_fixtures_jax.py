@@ -182,7 +182,7 @@ Made by `dev/make_spectral_fixtures_jax.py` with JAX {version} on CPU:
 
 `<name>.mlir` is `jax.jit(f).lower(*args).as_text()` (CPU lowering: JAX's `cholesky` and
 `triangular_solve` become `stablehlo.custom_call @lapack_spotrf_ffi` / `@lapack_strsm_ffi`,
-which irgrad rewrites to the StableHLO ops: `passes/lapack.py`), or for `*_portable`
+which irgrad rewrites to the StableHLO ops: `passes/lowering/lapack.py`), or for `*_portable`
 `jax.export.export(jax.jit(f), platforms=["tpu"])(*args).mlir_module()`, JAX's
 platform-independent lowering (`stablehlo.cholesky`, `stablehlo.triangular_solve`).
 

@@ -376,7 +376,7 @@ def struct_fields(attribute: Any) -> dict[str, list[int] | int]:
 
 def mlir_bindings() -> Any:
     """The MLIR Python bindings shipped with IREE (``iree.compiler.ir``): the one place
-    outside ``passes/`` (whose shim is ``passes/mlir.py``) that imports them. They come with
+    outside ``passes/`` (whose shim is ``passes/ir/mlir.py``) that imports them. They come with
     the compiler, so they are loaded on first use: importing this module, or any of
     ``runtime/``, needs only what a runtime-only install has."""
     from iree.compiler import ir

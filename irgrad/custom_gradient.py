@@ -2,7 +2,7 @@
 
 As in TensorFlow's graph mode, the forward computation is traced inline and
 its outputs are rerouted through one op whose gradient is the user's: here a
-``stablehlo.composite "irgrad.custom_gradient"`` (see ``passes/regions.py``
+``stablehlo.composite "irgrad.custom_gradient"`` (see ``passes/rules/composites.py``
 for the IR convention). ``grad_fn`` is traced right away into the composite's
 ``grad`` function, whose arguments are the results' cotangents and the
 composite's operands: the forward results, the inputs, the variables read by
@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from . import nest
 from .framework import Graph, Tensor
 from .ops.core import convert_to_tensor, current_graph, emit
-from .passes import hlo
-from .passes.mlir import ir
-from .passes.regions import CUSTOM_GRADIENT
+from .passes.ir import hlo
+from .passes.ir.mlir import ir
+from .passes.rules.composites import CUSTOM_GRADIENT
 
 
 def custom_gradient(f: Callable | None = None):

@@ -1,7 +1,7 @@
 """``ig.ForwardAccumulator``: TensorFlow's ``tf.autodiff.ForwardAccumulator`` over the graph.
 
 The accumulator records the ops built inside its ``with`` block (as a ``GradientTape``
-does); ``acc.jvp(target)`` runs the forward-mode driver (``passes.forward.jvp``) from the
+does); ``acc.jvp(target)`` runs the forward-mode driver (``passes.transforms.forward.jvp``) from the
 watched primals through the recorded ops to ``target``. The tangent ops are ordinary graph
 ops, so tapes and ``ig.gradients`` differentiate them (reverse-over-forward) and an
 accumulator differentiates gradients built inside it (forward-over-reverse: Hessian-vector
@@ -13,9 +13,9 @@ from . import nest
 from .framework import Tensor
 from .gradients import UnconnectedGradients, source_tensor, unconnected_policy
 from .ops.core import convert_to_tensor, current_graph
-from .passes import hlo
-from .passes.forward import jvp as forward_jvp
-from .passes.mlir import context, ir
+from .passes.ir import hlo
+from .passes.transforms.forward import jvp as forward_jvp
+from .passes.ir.mlir import context, ir
 from .tape import Recording
 
 class ForwardAccumulator:

@@ -2,7 +2,7 @@
 
 A :class:`Graph` *is* a ``func.func`` being built in an MLIR module: every op
 the user calls is created immediately as a StableHLO op (through
-:mod:`irgrad.passes.hlo`) at the end of the graph's current block, located
+:mod:`irgrad.passes.ir.hlo`) at the end of the graph's current block, located
 with the user's op name. A :class:`Tensor` wraps one SSA value. Placeholders
 and traced-function arguments are block arguments; ``ig.gradients`` runs the
 reverse-mode driver of :mod:`irgrad.passes` on the same block, so gradients
@@ -20,8 +20,8 @@ import numpy as np
 
 from . import dtypes
 from .boundary import RESULT_NAME
-from .passes import hlo
-from .passes.mlir import context, dtype_name, elem, element_type, ir, shape as value_shape
+from .passes.ir import hlo
+from .passes.ir.mlir import context, dtype_name, elem, element_type, ir, shape as value_shape
 
 HOW_TO_TRACE = (
     "irgrad ops build a graph: call them inside a function decorated with @ig.function, "

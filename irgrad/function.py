@@ -21,7 +21,7 @@ import numpy as np
 from . import dtypes, nest
 from .framework import Graph, Tensor, TensorShape
 from .ops.core import as_numpy, convert_to_tensor
-from .passes.mlir import ir, run_pipeline, verify
+from .passes.ir.mlir import ir, run_pipeline, verify
 from .variables import Variable
 from .version import __version__
 from .runtime import Artifact, CompileOptions, compile as compile_ir

@@ -17,9 +17,10 @@ from .custom_gradient import attach_gradient, custom_gradient
 from .framework import Graph, Tensor
 from .ops.array_ops import ones_like, stop_gradient
 from .ops.core import convert_to_tensor, current_graph, emit
-from .passes import backprop, hlo
-from .passes.mlir import context, dtype_name, elem, ir
-from .passes.registry import RULES, NONDIFFERENTIABLE
+from .passes import backprop
+from .passes.ir import hlo
+from .passes.ir.mlir import context, dtype_name, elem, ir
+from .passes.transforms.registry import RULES, NONDIFFERENTIABLE
 
 
 class UnconnectedGradients(str, enum.Enum):

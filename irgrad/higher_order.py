@@ -2,7 +2,7 @@
 
 A Jacobian row is a vector-Jacobian product with a one-hot cotangent. irgrad
 builds one backward pass seeded by a row and batches it over the rows of the
-identity (:mod:`irgrad.passes.batching`, TensorFlow's ``pfor``), so every row
+identity (:mod:`irgrad.passes.transforms.batching`, TensorFlow's ``pfor``), so every row
 comes out of one vectorized computation and the module's size does not depend
 on the number of rows. Where an op has no batching rule the same backward pass
 runs in a ``stablehlo.while`` over the rows instead (TensorFlow's ``while_loop``
@@ -17,10 +17,11 @@ from .gradients import UnconnectedGradients, as_list, graph_rule_lookup, source_
 from .ops.array_ops import reshape, stop_gradient, zeros
 from .ops.core import convert_to_tensor, current_graph, emit
 from .ops.math_ops import multiply
-from .passes import backprop, hlo
-from .passes.backprop import active_ops
-from .passes.batching import identity, jacobian_rows
-from .passes.mlir import elem, ir
+from .passes import backprop
+from .passes.ir import hlo
+from .passes.transforms.backprop import active_ops
+from .passes.transforms.batching import identity, jacobian_rows
+from .passes.ir.mlir import elem, ir
 
 
 def connected(y: Tensor, x: Tensor) -> bool:

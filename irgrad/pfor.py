@@ -2,7 +2,7 @@
 
 ``fn`` is traced once on one element (a draft block whose arguments have the elements'
 shapes without their leading dimension, so ops, tapes and ``ig.gradients`` inside
-``fn`` all work), then :func:`irgrad.passes.batching.map_block` rewrites that block over
+``fn`` all work), then :func:`irgrad.passes.transforms.batching.map_block` rewrites that block over
 the leading dimension: one batched computation, per-example gradients included. An op
 without a batching rule makes it a ``while`` loop over the elements instead
 (``fallback_to_while_loop=True``, TensorFlow's default) or a ``ValueError``.
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from . import nest
 from .framework import Tensor
 from .ops.core import convert_to_tensor, current_graph
-from .passes.batching import MissingBatchingRule, map_block
-from .passes.mlir import ir
+from .passes.transforms.batching import MissingBatchingRule, map_block
+from .passes.ir.mlir import ir
 
 
 def vectorized_map(fn: Callable, elems, fallback_to_while_loop: bool = True, warn: bool = True):

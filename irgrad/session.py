@@ -9,8 +9,8 @@ from . import dtypes, nest
 from .framework import Graph, Operation, Tensor, get_default_graph, has_default_graph
 from .function import ConcreteFunction, TensorSpec, conform, emit_text
 from .ops.core import current_graph
-from .passes import hlo
-from .passes.mlir import context, ir, run_pipeline, verify
+from .passes.ir import hlo
+from .passes.ir.mlir import context, ir, run_pipeline, verify
 
 
 def placeholder(dtype, shape=None, name: str | None = None) -> Tensor:

@@ -17,8 +17,8 @@ from .gradients import UnconnectedGradients, seed_tensors, source_tensor, unconn
 from .higher_order import batch_jacobian_one, jacobian_one
 from .ops.array_ops import zeros, zeros_like
 from .ops.core import convert_to_tensor, current_graph
-from .passes.backprop import active_ops
-from .passes.mlir import ir
+from .passes.transforms.backprop import active_ops
+from .passes.ir.mlir import ir
 from .variables import Variable
 
 

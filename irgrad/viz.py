@@ -34,7 +34,7 @@ def _quote(text: str) -> str:
 def _adjoint_of(op, name: str) -> bool:
     """Whether the pass added ``op`` to the derived function ``name`` (its name location
     starts with ``name/`` or is ``name``)."""
-    loc = passes.mlir.loc_name(op)
+    loc = passes.ir.mlir.loc_name(op)
     return loc is not None and (loc == name or loc.startswith(name + "/"))
 
 
@@ -66,7 +66,7 @@ def function_graph(text: str, func: str | None = None) -> str:
     for k, inner in enumerate(block.operations):
         op = inner.operation
         node = f"op{k}"
-        inner_ops = list(passes.regions.nested_ops(op))
+        inner_ops = list(passes.ir.regions.nested_ops(op))
         if op.name == "func.return":
             label, color, shape = "return", BOUNDARY, "ellipse"
         else:

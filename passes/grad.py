@@ -14,7 +14,7 @@
 
 ``wrt`` defaults to every floating-point or complex argument. A complex argument
 ``z = x + iy`` gets TensorFlow's gradient ``∂L/∂x + i ∂L/∂y`` (JAX's ``jax.grad`` returns
-the conjugate: ``np.conj`` converts one into the other; ``backprop.py`` has the rules).
+the conjugate: ``np.conj`` converts one into the other; ``transforms/backprop.py`` has the rules).
 Calls to private functions are inlined into the adjoint's copy of the forward body first (``F`` itself is
 left untouched); the differentiated body is then cleaned with
 canonicalize + cse and verified.
@@ -27,14 +27,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..boundary import RESULT_NAME, argument_names, result_names
-from . import hlo
-from .backprop import backprop, carries
-from . import batching, control_flow, train as training
-from .control_flow import Checkpoints
-from .batching import identity, jacobian_rows
-from .forward import jvp as forward_jvp
-from .lapack import rewrite_lapack_calls
-from .mlir import IRError, elem, ir, is_float, parse_module, run_pipeline, shape, tensor_type, verify
+from .ir import hlo
+from .transforms.backprop import backprop, carries
+from .transforms import batching
+from .rules import control_flow
+from . import train as training
+from .rules.control_flow import Checkpoints
+from .transforms.batching import identity, jacobian_rows
+from .transforms.forward import jvp as forward_jvp
+from .lowering.lapack import rewrite_lapack_calls
+from .ir.mlir import IRError, elem, ir, is_float, parse_module, run_pipeline, shape, tensor_type, verify
 
 CLEANUP = "func.func(canonicalize,cse)"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
-from . import hlo
-from .backprop import backprop
-from .mlir import elem, ir, is_float, shape, tensor_type
+from .ir import hlo
+from .transforms.backprop import backprop
+from .ir.mlir import elem, ir, is_float, shape, tensor_type
 
 # The slots each optimizer keeps per parameter, in the state's order after the counter.
 STATE = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v")}

@@ -94,22 +94,22 @@ def needs_system_link(mlir_text: str, options: CompileOptions) -> bool:
 
 def for_iree(mlir_text: str) -> str:
     """The text IREE 3.13 compiles correctly: StableHLO that hits one of its known bugs
-    rewritten into an equivalent form (``irgrad.passes.legalize``); unchanged otherwise.
+    rewritten into an equivalent form (``irgrad.passes.lowering.legalize``); unchanged otherwise.
     Every compile and profile goes through it, so no caller can skip a workaround."""
     # The workarounds are IR rewrites made with the passes' IR builder: imported when a module
     # is compiled, so loading artifacts (a runtime-only install) never needs the compiler.
-    from ..passes.legalize import legalize_text
+    from ..passes.lowering.legalize import legalize_text
 
     legal = legalize_text(mlir_text)
     if legal != mlir_text and log.isEnabledFor(logging.INFO) and legal != respell_foreign(mlir_text):
         ops = collections.Counter(name for name in _OP_NAME.findall(mlir_text) if name in _REWRITTEN)
-        log.info("IREE %s workarounds (irgrad.passes.legalize) rewrote the module (it holds %s)", _release(),
+        log.info("IREE %s workarounds (irgrad.passes.lowering.legalize) rewrote the module (it holds %s)", _release(),
                  ", ".join(f"{name} x{n}" for name, n in sorted(ops.items())))
     return legal
 
 
 _OP_NAME = re.compile(r"\b(stablehlo\.[a-z_]+)\b")
-# The ops irgrad.passes.legalize may rewrite (its module docstring says when and why).
+# The ops irgrad.passes.lowering.legalize may rewrite (its module docstring says when and why).
 _REWRITTEN = {"stablehlo.power", "stablehlo.convolution", "stablehlo.reduce", "stablehlo.dot_general",
               "stablehlo.dynamic_update_slice", "stablehlo.convert", "stablehlo.einsum", "stablehlo.unary_einsum",
               "stablehlo.cholesky", "stablehlo.triangular_solve"}

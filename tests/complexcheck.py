@@ -2,7 +2,7 @@
 
 A StableHLO function of complex values is checked through its real view: every complex
 argument and result becomes two real tensors (real part, imaginary part). Under
-TensorFlow's convention (``passes/backprop.py``) the cotangent of ``z = x + iy`` is
+TensorFlow's convention (``passes/transforms/backprop.py``) the cotangent of ``z = x + iy`` is
 ``∂L/∂x + i ∂L/∂y``, so the real view of irgrad's complex ``@F_vjp`` is exactly the
 ordinary VJP of the real view of ``@F`` (JAX's convention, the conjugate, would fail it),
 and the real view of ``@F_jvp`` its JVP. :func:`check_complex_module` differentiates the
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from irgrad import passes
-from irgrad.passes.mlir import ir, parse_module
+from irgrad.passes.ir.mlir import ir, parse_module
 
 from gradcheck import _load, check_vjp
 

@@ -12,7 +12,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes import hlo
+from irgrad.passes.ir import hlo
 
 from gradcheck import check_fn, check_module
 
@@ -348,7 +348,7 @@ def test_reduce_precision_is_straight_through():
     np.testing.assert_array_equal(grad, [3.0, 3.0, 3.0])
 
 
-# ----- shift invariance (passes/invariance.py) ------------------------------------------------
+# ----- shift invariance (passes/lowering/invariance.py) ------------------------------------------------
 
 _SHIFT_HEAD = """%z = stablehlo.constant dense<0xFFF0000000000000> : tensor<f64>
 %zero = stablehlo.constant dense<0.0> : tensor<f64>
@@ -409,8 +409,8 @@ def test_shift_of_an_output_is_not_dropped():
 
 def _driver_on_sine(rule):
     """Run backprop over @f(x) = sin(x) with ``rule`` standing in for sine's adjoint."""
-    from irgrad.passes.backprop import backprop
-    from irgrad.passes.mlir import context, ir
+    from irgrad.passes.transforms.backprop import backprop
+    from irgrad.passes.ir.mlir import context, ir
 
     text = _f("%a: tensor<3xf32>", "%0 = stablehlo.sine %a : tensor<3xf32>\n return %0 : tensor<3xf32>",
               "tensor<3xf32>")

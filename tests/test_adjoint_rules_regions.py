@@ -15,9 +15,9 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes.mlir import ir
-from irgrad.passes import choices
-from irgrad.passes.control_flow import trip_count
+from irgrad.passes.ir.mlir import ir
+from irgrad.passes.lowering import choices
+from irgrad.passes.rules.control_flow import trip_count
 
 import gradcheck
 from gradcheck import check_module
@@ -699,7 +699,7 @@ def test_custom_call_names_its_target():
 
 
 def test_nondifferentiable_jax_ops():
-    from irgrad.passes.registry import NONDIFFERENTIABLE
+    from irgrad.passes.transforms.registry import NONDIFFERENTIABLE
 
     assert {"stablehlo.bitcast_convert", "stablehlo.shift_left", "stablehlo.shift_right_logical",
             "stablehlo.xor", "stablehlo.is_finite", "stablehlo.iota"} <= NONDIFFERENTIABLE
@@ -721,8 +721,8 @@ def test_iree313_copy_buffer_reproducer_runs():
 
 def test_iree313_reproducer_runs_once_its_branches_are_isolated():
     """The workaround irgrad's case adjoint uses (control_flow.isolate) also fixes JAX's module."""
-    from irgrad.passes.control_flow import isolate
-    from irgrad.passes.mlir import run_pipeline
+    from irgrad.passes.rules.control_flow import isolate
+    from irgrad.passes.ir.mlir import run_pipeline
 
     module = passes.parse_module(REPRO_LOCAL.read_text())
     run_pipeline(module, "builtin.module(inline)")

@@ -15,8 +15,8 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes import batching
-from irgrad.passes.mlir import ir, parse_module
+from irgrad.passes.transforms import batching
+from irgrad.passes.ir.mlir import ir, parse_module
 
 from foreign import Fixtures, numbered
 

@@ -1,4 +1,4 @@
-"""Complex values under TensorFlow's convention (``passes/backprop.py``): for a real loss L
+"""Complex values under TensorFlow's convention (``passes/transforms/backprop.py``): for a real loss L
 and z = x + iy the gradient is ∂L/∂x + i ∂L/∂y (JAX's is its conjugate).
 
 Every rule is checked against complex finite differences (``complexcheck.py``: directions

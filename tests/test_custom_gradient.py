@@ -6,7 +6,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes.registry import RULES
+from irgrad.passes.transforms.registry import RULES
 from gradcheck import check_fn, check_module
 
 

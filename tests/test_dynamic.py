@@ -5,7 +5,7 @@
 batch sizes 1, 3 and 32. Each is differentiated and compiled once, and that one artifact must
 match JAX at every batch size. IREE 3.13 alone refuses several of these forwards
 (``dynamic_broadcast_in_dim`` without ``known_nonexpanding_dimensions``, any
-``dynamic_reshape``); irgrad's compile path (``passes/dynamic_shapes.py``) makes them compile.
+``dynamic_reshape``); irgrad's compile path (``passes/lowering/dynamic_shapes.py``) makes them compile.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes.legalize import legalize_text
+from irgrad.passes.lowering.legalize import legalize_text
 
 DIR = Path(__file__).parent / "fixtures" / "jax_dynamic"
 BATCHES = (1, 3, 32)

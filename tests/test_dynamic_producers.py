@@ -4,7 +4,7 @@
 batch is ``?``, with PyTorch's own outputs and ``torch.autograd`` gradients at batch sizes 1, 3 and
 32. torch-mlir writes implicit broadcasting with the ``shape`` dialect (``shape.shape_of``,
 ``shape.broadcast``, ``shape.assuming``), which irgrad lowers on parsing
-(``passes/dynamic_shapes.py: lower_shape_dialect``). Each module is differentiated and compiled
+(``passes/lowering/dynamic_shapes.py: lower_shape_dialect``). Each module is differentiated and compiled
 once; that one artifact must match PyTorch at every batch size. ``fixtures/tf_dynamic``
 (``dev/make_tf_dynamic_fixtures.py``, TF's MLIR bridge) is exported but not yet differentiated here.
 """

@@ -9,7 +9,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes.mlir import IRError
+from irgrad.passes.ir.mlir import IRError
 
 from gradcheck import check_module
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import irgrad as ig
 from irgrad import passes
 from irgrad.cli import app
-from irgrad.passes import registry
+from irgrad.passes.transforms import registry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "jax"
 
@@ -47,9 +47,10 @@ WITHOUT_DERIVATIVE_RULES = {
 
 
 def test_every_op_has_its_adjoint_tangent_and_batching_rules():
-    """Each op the passes know has an adjoint, a tangent and a batching rule, or says why not above;
-    a nondifferentiable op has neither derivative rule. A gap is reported by op name."""
-    from irgrad.passes.batching import BATCHING_RULES
+    """Each op the passes know has an adjoint, a tangent and a batching rule, or says why not above,
+    all registered side by side in one module of passes/rules; a nondifferentiable op has neither
+    derivative rule. A gap is reported by op name."""
+    from irgrad.passes.transforms.registry import BATCHING_RULES
 
     tables = {"adjoint": registry.RULES, "tangent": registry.TANGENT_RULES, "batching": BATCHING_RULES}
     known = set().union(*tables.values(), registry.NONDIFFERENTIABLE)
@@ -66,6 +67,11 @@ def test_every_op_has_its_adjoint_tangent_and_batching_rules():
         table = [BATCHING_RULES] if name in WITHOUT_BATCHING_RULE else [registry.RULES, registry.TANGENT_RULES]
         if all(name in t for t in table):
             problems.append(f"{name}: has its rule now; drop it from this test's list ({why})")
+    for name in sorted(known):  # side by side: one module registers all of an op's rules
+        sites = {registry.SITES[(kind, name)] for kind in (*tables, "nondifferentiable") if (kind, name) in registry.SITES}
+        if len(sites) != 1 or not next(iter(sites)).startswith("irgrad.passes.rules."):
+            problems.append(f"{name}: its rules are registered in {sorted(sites)}, not side by side in one "
+                            "module of passes/rules")
     adjoints, tangents = set(registry.COMPOSITE_RULES), set(registry.COMPOSITE_TANGENT_RULES)
     problems += [f"composite {name}: no tangent rule" for name in sorted(adjoints - tangents)]
     problems += [f"composite {name}: no adjoint rule" for name in sorted(tangents - adjoints)]
@@ -237,7 +243,7 @@ def test_transposed_adjoint_is_exact_where_an_inner_cotangent_is_zero(monkeypatc
     """by_transposition differentiates the adjoint rule in its cotangent at a placeholder of
     ones. In batch_norm_training's adjoint the cotangent reaching rsqrt is then exactly zero
     (Σ(x - mean) = 0); the Sqrt/Rsqrt "zero cotangent gives 0" guard must stay linear there."""
-    from irgrad.passes import forward
+    from irgrad.passes.transforms import forward
 
     monkeypatch.setitem(registry.TANGENT_RULES, "stablehlo.batch_norm_training", forward.by_transposition)
     text = """func.func @f(%x: tensor<4x3x2xf64>, %s: tensor<3xf64>, %o: tensor<3xf64>) -> tensor<4x3x2xf64> {

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import irgrad as ig
-from irgrad.passes.registry import RULES
+from irgrad.passes.transforms.registry import RULES
 
 
 # ----- the tf.gradients page, with ig in place of tf -------------------------------------

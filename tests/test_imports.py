@@ -12,7 +12,7 @@ def _modules() -> dict[str, tuple[Path, bool]]:
     """Module name (as installed, under irgrad) -> (source file, is a package)."""
     out = {}
     files = [p for p in (ROOT / "irgrad").rglob("*.py") if not any(q.is_symlink() for q in (p, *p.parents))]
-    files += list((ROOT / "passes").glob("*.py")) + list((ROOT / "runtime").glob("*.py")) + [ROOT / "cli.py"]
+    files += list((ROOT / "passes").rglob("*.py")) + list((ROOT / "runtime").rglob("*.py")) + [ROOT / "cli.py"]
     for path in files:
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[0] != "irgrad":

@@ -10,7 +10,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes.registry import NONDIFFERENTIABLE, RULES
+from irgrad.passes.transforms.registry import NONDIFFERENTIABLE, RULES
 
 
 def _both(fn, *args):

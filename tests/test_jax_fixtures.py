@@ -10,7 +10,7 @@ integer argument; ``jax.grad`` refuses them, so their references are JAX's gradi
 same computation unrolled for the fixture's inputs.
 
 ``custom_call`` (``jnp.linalg.cholesky`` on CPU: ``stablehlo.custom_call
-@lapack_spotrf_ffi``) has no gradient references: ``passes/lapack.py`` turns JAX's LAPACK
+@lapack_spotrf_ffi``) has no gradient references: ``passes/lowering/lapack.py`` turns JAX's LAPACK
 calls into ``stablehlo.cholesky``, so it compiles, runs and differentiates (its gradients
 are checked against JAX and TensorFlow in ``test_spectral_peers.py``). A call irgrad does not
 know must be rejected with a clear error and no output: ``LookupError``

@@ -1,5 +1,5 @@
 """``stablehlo.cholesky`` and ``stablehlo.triangular_solve``: IREE 3.13 refuses both on
-llvm-cpu; irgrad lowers them to loops at compile time (``passes/linalg.py``) and
+llvm-cpu; irgrad lowers them to loops at compile time (``passes/rules/linalg.py``) and
 differentiates the ops themselves (Murray's Cholesky adjoint, the transposed solve).
 
 Forward values against numpy, adjoints and tangents against float64 central differences

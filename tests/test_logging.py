@@ -65,7 +65,7 @@ def test_compile_and_cache_hits_and_misses(cache, caplog):
 def test_iree_workarounds_are_logged(cache, caplog):
     caplog.set_level(logging.INFO, logger="irgrad")
     runtime.compile(POWER)
-    assert any("workarounds (irgrad.passes.legalize) rewrote the module (it holds stablehlo.power x1)" in m
+    assert any("workarounds (irgrad.passes.lowering.legalize) rewrote the module (it holds stablehlo.power x1)" in m
                for m in _messages(caplog, "irgrad.runtime.compiler"))
     caplog.clear()
     from irgrad.runtime.compiler import compile_flags

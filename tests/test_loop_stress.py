@@ -9,7 +9,7 @@ that writes it, with no barrier between them. On ``local-task`` (worker threads)
 sometimes ran first and the host read a stale size: a tape of garbage length (the failed
 allocation) or of the wrong length (wrong values). ``local-sync`` never failed. In loops of
 5,000 calls of both functions on local-task: 1 to 11 failed calls in each before, none after
-(``passes/control_flow.py``, ``_dynamic_zeros``: the extent computed elementwise).
+(``passes/rules/control_flow.py``, ``_dynamic_zeros``: the extent computed elementwise).
 
 Here: the formulation that raced is absent from the emitted IR (deterministic), and a few
 hundred calls with varying inputs (each a different trip count and tape length) match a numpy

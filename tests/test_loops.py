@@ -1,5 +1,5 @@
 """Reverse mode through ``while`` loops whose trip count is only known when they run
-(``passes/control_flow.py``): convergence tests, thresholds, bounds held in integer
+(``passes/rules/control_flow.py``): convergence tests, thresholds, bounds held in integer
 arguments, nested loops whose inner count changes per outer iteration, ``cond`` inside
 and around them, second derivatives; and the counted path they must not slow down.
 

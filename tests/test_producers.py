@@ -123,7 +123,7 @@ def test_unreadable_modules_name_the_file_and_the_cause(tmp_path, content, messa
 
 def test_a_missing_rule_names_the_file_not_the_buffer(tmp_path):
     source = tmp_path / "model.mlir"
-    # JAX's LAPACK call is differentiable (passes/lapack.py): a call irgrad does not know is not.
+    # JAX's LAPACK call is differentiable (passes/lowering/lapack.py): a call irgrad does not know is not.
     source.write_text((FIXTURES / "jax" / "custom_call.mlir").read_text().replace("lapack_spotrf_ffi", "my_kernel"))
     code, line = _error("grad", source)
     assert code == 1 and f"{source}:26:12" in line and '"-"' not in line, line
@@ -293,7 +293,7 @@ def test_viz_renders_svg_and_draws_artifacts(tmp_path):
 def test_more_refusals_name_what_is_wrong(tmp_path):
     """Error paths of this change not covered above: each its class and its message."""
     from irgrad.boundary import parse
-    from irgrad.passes.mlir import context
+    from irgrad.passes.ir.mlir import context
     with pytest.raises(IRError, match=r"line 2:7: a string literal escapes bytes that are not UTF-8 text"):
         parse('module {\n} loc("a\\FF")\n', context())
     with pytest.raises(IRError, match=r"invalid MLIR: line 1:\d+: expected '\"' in string literal"):

@@ -261,7 +261,7 @@ def _fragment_module(text: str) -> str:
 
 
 def _check_mlir(block: Block) -> None:
-    from irgrad.passes import mlir
+    from irgrad.passes.ir import mlir
 
     complete = re.search(r"^\s*(module\b|func\.func\b)", block.text, re.M)
     text = block.text if complete else _fragment_module(block.text)

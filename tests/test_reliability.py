@@ -23,7 +23,7 @@ import irgrad as ig
 from irgrad import passes
 from irgrad.boundary import FAILURES_KEPT, IRError, failures_dir, save_failed_ir
 from irgrad.cli import app
-from irgrad.passes.registry import MissingAdjointError
+from irgrad.passes.transforms.registry import MissingAdjointError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = 20261125

@@ -358,7 +358,7 @@ def test_malformed_mlir():
 
 def test_runtime_compile_applies_the_iree_workarounds():
     """The one compile path: rt.compile itself rewrites IREE 3.13's NaN for a negative base
-    with an integral exponent (passes/legalize.py), as ig.compile does."""
+    with an integral exponent (passes/lowering/legalize.py), as ig.compile does."""
     text = """func.func @main(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
       %0 = stablehlo.power %x, %y : tensor<3xf32>
       return %0 : tensor<3xf32>
@@ -370,7 +370,7 @@ def test_runtime_compile_applies_the_iree_workarounds():
 
 def test_a_loop_counter_made_float64_on_the_host_compiles_exactly():
     """A scalar int -> f64 convert that IREE places on the host (a counter of an outer loop
-    bounding an inner loop) has no VM lowering ('arith.sitofp'); passes/legalize.py converts
+    bounding an inner loop) has no VM lowering ('arith.sitofp'); passes/lowering/legalize.py converts
     it through float32 (32-bit values in 16-bit halves), exactly."""
     def program(ty: str) -> str:
         return f"""func.func @main(%n: tensor<{ty}>) -> tensor<f64> {{
@@ -422,15 +422,15 @@ def test_a_loop_counter_made_float64_on_the_host_compiles_exactly():
     (4, 100, 200, 60, True, 256),     # batched work counts
 ])
 def test_matmul_width(batch, m, n, k, is_float, width):
-    from irgrad.passes import choices
+    from irgrad.passes.lowering import choices
 
     assert choices.matmul_width(batch, m, n, k, is_float) == width
 
 
 def test_narrow_matmuls_are_computed_wide_with_the_same_result():
     """A dot_general 200 wide (and a batched one whose rhs is transposed) is compiled as the
-    256-wide product of a zero-padded rhs, sliced back (passes/legalize.py): same values."""
-    from irgrad.passes.legalize import legalize_text
+    256-wide product of a zero-padded rhs, sliced back (passes/lowering/legalize.py): same values."""
+    from irgrad.passes.lowering.legalize import legalize_text
 
     text = """func.func @mm(%a: tensor<200x200xf32>, %b: tensor<200x200xf32>) -> tensor<200x200xf32> {
       %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<200x200xf32>, tensor<200x200xf32>) -> tensor<200x200xf32>

@@ -2,7 +2,7 @@
 (issue 34): add, subtract, multiply, divide, max/min, scaled and squared updates, constants,
 replace with colliding indices (the winner IREE picked gets the cotangent), and general
 regions under ``unique_indices``; plus the dimension-number layouts IREE 3.13 cannot compile
-and irgrad rewrites (passes/legalize.py).
+and irgrad rewrites (passes/lowering/legalize.py).
 
 Every case goes through ``gradcheck.check_module``: float64 central differences of the
 compiled forward against the compiled VJP and JVP."""
@@ -13,8 +13,8 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes.legalize import legalize_text
-from irgrad.passes.registry import MissingAdjointError
+from irgrad.passes.lowering.legalize import legalize_text
+from irgrad.passes.transforms.registry import MissingAdjointError
 
 from gradcheck import check_module
 

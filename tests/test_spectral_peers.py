@@ -6,7 +6,7 @@ TensorFlow's convention (``dL/dx + i dL/dy`` for a complex argument; JAX's ``jax
 its conjugate, stored conjugated). Neither JAX nor TensorFlow is imported here.
 
 Also: JAX's CPU LAPACK calls (``custom_call @lapack_?potrf_ffi`` / ``@lapack_?trsm_ffi``)
-rewritten to ``stablehlo.cholesky`` / ``triangular_solve`` (``passes/lapack.py``), with
+rewritten to ``stablehlo.cholesky`` / ``triangular_solve`` (``passes/lowering/lapack.py``), with
 LAPACK's ``info`` and untouched triangle.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
-from irgrad.passes.lapack import rewrite_lapack_calls
-from irgrad.passes.mlir import parse_module
+from irgrad.passes.lowering.lapack import rewrite_lapack_calls
+from irgrad.passes.ir.mlir import parse_module
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PRODUCERS = {"jax": FIXTURES / "jax_spectral", "tf": FIXTURES / "tf_spectral"}

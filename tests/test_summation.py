@@ -1,4 +1,4 @@
-"""Large float32 sums against float64 (passes/summation.py, applied on every compile).
+"""Large float32 sums against float64 (passes/lowering/summation.py, applied on every compile).
 
 IREE 3.13 sums sequentially: before the blocked sums, 64 M uniform [0, 1) float32 values summed
 to half their total and 4 M to 2e-5 relative error. Each case here is compiled and run; the
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import irgrad as ig
-from irgrad.passes.legalize import legalize_text
-from irgrad.passes.summation import THRESHOLD
+from irgrad.passes.lowering.legalize import legalize_text
+from irgrad.passes.lowering.summation import THRESHOLD
 
 F32 = np.float32
 TOLERANCE = 1e-6

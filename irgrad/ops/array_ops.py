@@ -9,9 +9,9 @@ import numpy as np
 
 from .. import dtypes
 from ..framework import Tensor
-from ..passes import hlo
-from ..passes.mlir import elem, ir
-from ..passes.regions import STOP_GRADIENT
+from ..passes.ir import hlo
+from ..passes.ir.mlir import elem, ir
+from ..passes.rules.composites import STOP_GRADIENT
 from .core import (as_numpy, broadcast_shape, constant_tensor, convert_to_tensor, current_graph, element, emit,
                    normalize_axes, normalize_axis, same_dtype)
 
@@ -413,7 +413,7 @@ def stop_gradient(input, name=None) -> Tensor:  # noqa: A002
 
 def unary_composite(kind: str, x: Tensor, body: Callable[[ir.Value], ir.Value], key: str, name: str) -> Tensor:
     """``stablehlo.composite kind (x)`` whose decomposition is ``body`` (one private function
-    per ``key`` and type): the op carries its gradient rule (``passes/regions.py``) into the IR."""
+    per ``key`` and type): the op carries its gradient rule (``passes/rules/composites.py``) into the IR."""
     graph = current_graph()
     t = x.value.type
 

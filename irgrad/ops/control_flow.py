@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 
 from .. import nest
 from ..framework import Tensor
-from ..passes import hlo
-from ..passes.backprop import captured_values
-from ..passes.mlir import ir
+from ..passes.ir import hlo
+from ..passes.transforms.backprop import captured_values
+from ..passes.ir.mlir import ir
 from .array_ops import constant
 from .core import convert_to_tensor, current_graph
 from .math_ops import add, less, logical_and, where

@@ -7,8 +7,8 @@ import numpy as np
 
 from .. import dtypes
 from ..framework import Tensor, get_default_graph, has_default_graph, HOW_TO_TRACE
-from ..passes import hlo
-from ..passes.mlir import element_type, ir
+from ..passes.ir import hlo
+from ..passes.ir.mlir import element_type, ir
 
 
 def current_graph():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..framework import Tensor
-from ..passes import hlo
+from ..passes.ir import hlo
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, element, emit,
                    require)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..framework import Tensor
-from ..passes import hlo
-from ..passes.mlir import tensor_type
-from ..passes.regions import RELU
+from ..passes.ir import hlo
+from ..passes.ir.mlir import tensor_type
+from ..passes.rules.composites import RELU
 from .array_ops import stop_gradient, unary_composite
 from .core import convert_to_tensor, element, emit, normalize_axis, require
 from .math_ops import (divide, exp, less, log, log1p, minimum, multiply, negative, subtract,

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import dtypes
 from ..framework import Tensor
-from ..passes import hlo
+from ..passes.ir import hlo
 from .array_ops import reshape, transpose, zeros
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, element, emit, normalize_axes,
                    require, run_time_sizes)

@@ -6,11 +6,11 @@ formulas are the forward's own and every output's cotangent is honoured.
 """
 from __future__ import annotations
 
-from . import hlo
-from .backprop import backprop_local
-from .mlir import ir, shape
-from .forward import jvp
-from .registry import adjoint, tangent
+from ..ir import hlo
+from ..transforms.backprop import backprop_local
+from ..ir.mlir import ir, shape
+from ..transforms.forward import jvp
+from ..transforms.registry import adjoint, tangent
 
 
 def _attrs(op: ir.Operation) -> tuple[float, int]:

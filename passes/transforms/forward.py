@@ -17,7 +17,7 @@ forms, each exact for the ops it is registered for:
   pooling, custom gradients).
 
 Region ops (``while``, ``case``, ``if``, composites) have their own rules in
-:mod:`.control_flow` and :mod:`.regions`: they carry the tangents through a new region op.
+``rules/control_flow.py`` and ``rules/composites.py``: they carry the tangents through a new region op.
 
 ``in_place``: the tangent ops go right after each op, and region rules replace the op they
 differentiate by one that also computes the tangents (the module pass owns its copy of the
@@ -29,9 +29,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from . import hlo
+from ..ir import hlo
 from .backprop import active_ops, backprop_local, carries, complex_kind, op_inputs
-from .mlir import ir, is_float, loc_name
+from ..ir.mlir import ir, is_float, loc_name
 from .registry import MissingTangentError, Tangent, lookup, lookup_tangent
 
 

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import itertools
 
-from . import hlo
-from .choices import pool_by_patches
-from .mlir import elem, ir, shape, tensor_type
-from .patches import Windows, col2im, pad_windows, phase_shape, tap_slices, unpad, window_slice, window_sum
-from .reductions import reduce_kind
-from .forward import by_transposition, linear
-from .registry import adjoint, missing, tangent
+from ..ir import hlo
+from ..lowering.choices import pool_by_patches
+from ..ir.mlir import elem, ir, shape, tensor_type
+from ..lowering.patches import Windows, col2im, pad_windows, phase_shape, tap_slices, unpad, window_slice, window_sum
+from .reductions import inputs_and_inits, reduce_kind
+from ..transforms.forward import by_transposition, linear
+from ..transforms.batching import Batcher, MissingBatchingRule, prepended, remake
+from ..transforms.registry import adjoint, batching, missing, tangent
 
 
 class Window:
@@ -217,3 +218,33 @@ def _reduce_window(op, cts):
 def _reduce_window_tangent(op, ts):
     """a window sum is linear: the window sum of the tangents; max/min/product: through the adjoint"""
     return (linear if reduce_kind(op) == "add" else by_transposition)(op, ts)
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+_WINDOW_ONES = ("window_dimensions", "window_strides", "base_dilations", "window_dilations")
+
+
+def _window_attrs(op, rank: int) -> dict:
+    attrs = {}
+    for name in _WINDOW_ONES:
+        attrs.update(prepended(op, name, 1))
+    if "padding" in op.attributes:
+        attrs["padding"] = hlo.padding_attr([(0, 0), *hlo.read_padding(op, "padding", rank)])
+    return attrs
+
+
+@batching("stablehlo.reduce_window")
+def _reduce_window_batched(b: Batcher, op):
+    xs, inits = inputs_and_inits(b, op)
+    attrs = _window_attrs(op, len(shape(op.operands[0])))
+    return b.mark(remake(op, [*xs, *inits], [b.type(r) for r in op.results], attrs).results)
+
+
+@batching("stablehlo.select_and_scatter")
+def _select_and_scatter_batched(b: Batcher, op):
+    x, source, init = b.operands(op)
+    if init in b.batched:
+        raise MissingBatchingRule(op, "batched initial value")
+    attrs = _window_attrs(op, len(shape(op.operands[0])))
+    return b.mark(remake(op, [b.lift(x), b.lift(source), init], [b.type(op.result)], attrs).results)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..boundary import struct_fields
+from ...boundary import struct_fields
 from .mlir import context, elem, element_type, ir, is_float_type, shape, tensor_type
 
 Value = ir.Value

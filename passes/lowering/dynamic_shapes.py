@@ -30,8 +30,8 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from . import hlo
-from .mlir import SHAPE_DIALECT_HOOKS, ir, shape
+from ..ir import hlo
+from ..ir.mlir import SHAPE_DIALECT_HOOKS, ir, shape
 
 ELEMENTWISE = {
     f"stablehlo.{n}" for n in (

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import string
 
-from . import hlo
-from .batching import Batcher, batching, remake
-from .backprop import backprop_local
-from .forward import bilinear, linear
-from .mlir import IRError, elem, ir, shape
-from .registry import adjoint, tangent
+from ..ir import hlo
+from ..transforms.batching import Batcher, remake
+from ..transforms.backprop import backprop_local
+from ..transforms.forward import bilinear, linear
+from ..ir.mlir import IRError, elem, ir, shape
+from ..transforms.registry import adjoint, batching, tangent
 
 EINSUMS = ("stablehlo.einsum", "stablehlo.unary_einsum")
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 
-from .hlo import add, divide, like, multiply, negate, subtract, unary
-from .forward import diagonal
-from .registry import adjoint, nondifferentiable, tangent
+from ..ir.hlo import add, divide, like, multiply, negate, subtract, unary
+from ..transforms.forward import diagonal
+from ..transforms.batching import elementwise
+from ..transforms.registry import adjoint, batching, nondifferentiable, tangent
 
 
 
@@ -109,3 +110,12 @@ nondifferentiable("stablehlo.bitcast_convert")
 
 tangent("chlo.square", "chlo.erfc", "chlo.sinh", "chlo.cosh", "chlo.asin", "chlo.acos", "chlo.atan", "chlo.asinh",
         "chlo.acosh", "chlo.atanh", "chlo.lgamma", "chlo.erf_inv")(diagonal)
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+# Every chlo op here is elementwise; conj, tan, digamma, polygamma, zeta and bessel_i1e have a
+# batching rule but no derivative rules yet (tests/test_forward.py lists them).
+batching(*[f"chlo.{n}" for n in (
+    "acos acosh asin asinh atan atanh cosh erf_inv erfc lgamma sinh square is_inf is_neg_inf is_pos_inf "
+    "next_after bessel_i1e conj digamma polygamma tan zeta").split()], "stablehlo.bitcast_convert")(elementwise)

@@ -11,22 +11,29 @@ Every rule has the same shape::
 ``op`` is the forward op, ``cts`` one cotangent per result (``None`` is a
 symbolic zero), and the rule returns one cotangent per operand (``None`` for
 "no gradient"). Rules run with the insertion point and location set by the
-driver and build ops through :mod:`.hlo`.
+driver and build ops through :mod:`irgrad.passes.ir.hlo`.
 
 Tangent rules (forward mode, :mod:`.forward`) mirror them::
 
     @tangent("stablehlo.tanh")
     def _tanh(op, ts): ...        # one tangent per input, returns one per result
 
-Every op with an adjoint rule has a tangent rule and the other way round
-(``tests/test_forward.py`` checks it); nondifferentiable ops have neither.
+Batching rules (:mod:`.batching`) take the batcher and the op::
+
+    @batching("stablehlo.tanh")
+    def _tanh(b, op): ...         # returns the op's results over a leading batch dimension
+
+Every op with an adjoint rule has a tangent rule and the other way round, and a batching rule;
+nondifferentiable ops have neither derivative rule. An op's rules are registered side by side in
+one module of ``passes/rules`` (``SITES`` records where; ``tests/test_forward.py`` checks both).
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
-from ..boundary import producer_cause
-from .mlir import ir
+from ...boundary import producer_cause
+from ..ir.mlir import ir
 
 Cotangent = ir.Value | None
 Rule = Callable[[ir.Operation, Sequence[Cotangent]], Sequence[Cotangent]]
@@ -39,6 +46,18 @@ NONDIFFERENTIABLE: set[str] = set()
 COMPOSITE_RULES: dict[str, Rule] = {}
 TANGENT_RULES: dict[str, TangentRule] = {}
 COMPOSITE_TANGENT_RULES: dict[str, TangentRule] = {}
+BatchingRule = Callable[..., Sequence[ir.Value]]  # (batcher, op) -> the op's batched results
+BATCHING_RULES: dict[str, BatchingRule] = {}
+# (kind, op name) -> the module that registered it: "adjoint", "tangent", "batching" or
+# "nondifferentiable" (tests/test_forward.py checks that an op's rules sit side by side).
+SITES: dict[tuple[str, str], str] = {}
+
+
+def _record(kind: str, names: Sequence[str]) -> None:
+    """Note the module two frames up (the one calling the decorator) as where ``names`` were registered."""
+    module = sys._getframe(2).f_globals.get("__name__", "?")
+    for name in names:
+        SITES[(kind, name)] = module
 
 
 def adjoint(*names: str) -> Callable[[Rule], Rule]:
@@ -58,6 +77,7 @@ def adjoint(*names: str) -> Callable[[Rule], Rule]:
             if name in RULES or name in NONDIFFERENTIABLE:
                 raise KeyError(f"an adjoint rule for {name!r} is already registered")
             RULES[name] = rule
+        _record("adjoint", names)
         return rule
     return register
 
@@ -83,6 +103,7 @@ def tangent(*names: str) -> Callable[[TangentRule], TangentRule]:
             if name in TANGENT_RULES or name in NONDIFFERENTIABLE:
                 raise KeyError(f"a tangent rule for {name!r} is already registered")
             TANGENT_RULES[name] = rule
+        _record("tangent", names)
         return rule
     return register
 
@@ -92,6 +113,19 @@ def composite_tangent(*names: str) -> Callable[[TangentRule], TangentRule]:
     def register(rule: TangentRule) -> TangentRule:
         for name in names:
             COMPOSITE_TANGENT_RULES[name] = rule
+        return rule
+    return register
+
+
+def batching(*names: str) -> Callable[[BatchingRule], BatchingRule]:
+    """Register the decorated function as the batching rule of ``names``: ``rule(batcher, op)``
+    returns ``op``'s results over a leading batch dimension (see :class:`.batching.Batcher`)."""
+    def register(rule: BatchingRule) -> BatchingRule:
+        for name in names:
+            if name in BATCHING_RULES:
+                raise KeyError(f"a batching rule for {name!r} is already registered")
+            BATCHING_RULES[name] = rule
+        _record("batching", names)
         return rule
     return register
 
@@ -107,6 +141,7 @@ def nondifferentiable(*names: str) -> None:
         if name in RULES:
             raise KeyError(f"{name!r} already has an adjoint rule")
         NONDIFFERENTIABLE.add(name)
+        SITES[("nondifferentiable", name)] = sys._getframe(1).f_globals.get("__name__", "?")
 
 
 def has_rule(name: str) -> bool:

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import re
 
-from . import hlo
-from .mlir import ir, shape, tensor_type
+from ..ir import hlo
+from ..ir.mlir import ir, shape, tensor_type
 
 __all__ = ["LAPACK_TARGET", "rewrite_lapack_calls"]
 

@@ -6,13 +6,14 @@ expanded. Elementwise rules never unbroadcast.
 """
 from __future__ import annotations
 
-from . import hlo
-from .choices import sum_by_vecmat
-from .dynamic_shapes import annotate_nonexpanding, enclosing_function
-from .hlo import read_i64_array
-from .mlir import elem, is_float_type, shape, tensor_type
-from .forward import diagonal, linear
-from .registry import MissingAdjointError, adjoint, nondifferentiable, tangent
+from ..ir import hlo
+from ..lowering.choices import sum_by_vecmat
+from ..lowering.dynamic_shapes import annotate_nonexpanding, enclosing_function
+from ..ir.hlo import read_i64_array
+from ..ir.mlir import elem, is_float_type, shape, tensor_type
+from ..transforms.forward import diagonal, linear
+from ..transforms.batching import Batcher, MissingBatchingRule, elementwise, plus1, prepended, remake
+from ..transforms.registry import MissingAdjointError, adjoint, batching, nondifferentiable, tangent
 
 
 def _sum(ct, dims):
@@ -191,6 +192,65 @@ tangent("stablehlo.broadcast_in_dim", "stablehlo.broadcast", "stablehlo.set_dime
         "stablehlo.optimization_barrier", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape")(linear)
 # reduce_precision's adjoint passes the cotangent straight through; its tangent does the same.
 tangent("stablehlo.reduce_precision")(diagonal)
+batching("stablehlo.reduce_precision")(elementwise)
 
 # A run-time size: an integer, no derivative.
 nondifferentiable("stablehlo.get_dimension_size")
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+@batching("stablehlo.optimization_barrier")
+def _barrier_batched(b: Batcher, op):
+    """each value keeps its own batching"""
+    xs = b.operands(op)
+    new = remake(op, xs, [x.type for x in xs])
+    return [b.mark([r])[0] if x in b.batched else r for x, r in zip(xs, new.results)]
+
+
+@batching("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim_batched(b: Batcher, op):
+    (x,) = b.operands(op)
+    dims = [0, *plus1(hlo.read_i64_array(op, "broadcast_dimensions"))]
+    return b.mark([hlo.broadcast_in_dim(x, [b.size, *shape(op.result)], dims)])
+
+
+@batching("stablehlo.reshape")
+def _reshape_batched(b: Batcher, op):
+    (x,) = b.operands(op)
+    return b.mark([hlo.reshape(x, [b.size, *shape(op.result)])])
+
+
+@batching("stablehlo.transpose")
+def _transpose_batched(b: Batcher, op):
+    (x,) = b.operands(op)
+    return b.mark([hlo.transpose(x, [0, *plus1(hlo.read_i64_array(op, "permutation"))])])
+
+
+@batching("stablehlo.reverse")
+def _reverse_batched(b: Batcher, op):
+    (x,) = b.operands(op)
+    return b.mark([hlo.reverse(x, plus1(hlo.read_i64_array(op, "dimensions")))])
+
+
+@batching("stablehlo.slice")
+def _slice_batched(b: Batcher, op):
+    (x,) = b.operands(op)
+    attrs = {**prepended(op, "start_indices", 0), **prepended(op, "limit_indices", b.size),
+             **prepended(op, "strides", 1)}
+    return b.mark(remake(op, [x], [b.type(op.result)], attrs).results)
+
+
+@batching("stablehlo.pad")
+def _pad_batched(b: Batcher, op):
+    x, value = b.operands(op)
+    if value in b.batched:
+        raise MissingBatchingRule(op, "batched padding value")
+    attrs = {**prepended(op, "edge_padding_low", 0), **prepended(op, "edge_padding_high", 0),
+             **prepended(op, "interior_padding", 0)}
+    return b.mark(remake(op, [x, value], [b.type(op.result)], attrs).results)
+
+
+@batching("stablehlo.concatenate")
+def _concatenate_batched(b: Batcher, op):
+    return b.mark([hlo.concatenate(b.operands(op, lift=True), hlo.read_int(op, "dimension") + 1)])

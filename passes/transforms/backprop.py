@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from . import hlo
-from .mlir import elem, ir, is_float, loc_name, shape, tensor_type
+from ..ir import hlo
+from ..ir.mlir import elem, ir, is_float, loc_name, shape, tensor_type
 from .registry import Cotangent, MissingAdjointError, Rule, lookup, missing
 
 AGGREGATIONS = ("add_n", "tree")

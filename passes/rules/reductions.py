@@ -6,12 +6,13 @@ counts as one more candidate).
 """
 from __future__ import annotations
 
-from . import hlo
-from .hlo import broadcast_in_dim, compare, divide, multiply, select, splat
-from .mlir import elem, ir, shape
+from ..ir import hlo
+from ..ir.hlo import broadcast_in_dim, compare, divide, multiply, select, splat
+from ..ir.mlir import elem, ir, shape
 from .indexing import selection_reduce
-from .forward import by_transposition, linear
-from .registry import adjoint, missing, tangent
+from ..transforms.forward import by_transposition, linear
+from ..transforms.batching import Batcher, MissingBatchingRule, plus1, remake
+from ..transforms.registry import adjoint, batching, missing, tangent
 
 _BODY_KINDS = {"stablehlo.add": "add", "stablehlo.multiply": "mul",
                "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
@@ -97,3 +98,20 @@ def _reduce_prod(x, init, y, ct, dims, spread, need_init):
 def _reduce_tangent(op, ts):
     """a sum is linear: the sum of the tangents; max/min/product: through the adjoint"""
     return (linear if reduce_kind(op) == "add" else by_transposition)(op, ts)
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+def inputs_and_inits(b: Batcher, op) -> tuple[list[ir.Value], list[ir.Value]]:
+    n = len(op.operands) // 2
+    xs = b.operands(op)
+    if any(v in b.batched for v in xs[n:]):
+        raise MissingBatchingRule(op, "batched initial values")
+    return [b.lift(x) for x in xs[:n]], xs[n:]
+
+
+@batching("stablehlo.reduce")
+def _reduce_batched(b: Batcher, op):
+    xs, inits = inputs_and_inits(b, op)
+    attrs = {"dimensions": hlo.i64_array(plus1(hlo.read_i64_array(op, "dimensions")))}
+    return b.mark(remake(op, [*xs, *inits], [b.type(r) for r in op.results], attrs).results)

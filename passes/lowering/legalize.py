@@ -53,17 +53,18 @@ from __future__ import annotations
 
 import math
 
-from ..boundary import respell_foreign
-from . import choices, hlo
-from .convolution import lower_convolution
+from ...boundary import respell_foreign
+from . import choices
+from ..ir import hlo
+from ..rules.convolution import lower_convolution
 from .dynamic_shapes import annotate_nonexpanding, rewrite_dynamic
-from .einsum import EINSUMS, lower_einsum
-from .indexing import iree_rejects_scatter, scatter_by_elements
+from ..rules.einsum import EINSUMS, lower_einsum
+from ..rules.indexing import iree_rejects_scatter, scatter_by_elements
 from .lapack import rewrite_lapack_calls
-from .linalg import lower_cholesky, lower_triangular_solve
-from .spectral import lower_complex_pad, lower_fft
+from ..rules.linalg import lower_cholesky, lower_triangular_solve
+from ..rules.spectral import lower_complex_pad, lower_fft
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
-from .mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
+from ..ir.mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
 
 
 # IREE 3.13 refuses these on llvm-cpu ("failed to legalize operation ... explicitly marked illegal"):

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from . import hlo
-from .mlir import ir, shape
-from .reductions import reduce_kind
+from ..ir import hlo
+from ..ir.mlir import ir, shape
+from ..rules.reductions import reduce_kind
 
 SHIFT, SCALE, SAME = "shift", "scale", "same"
 

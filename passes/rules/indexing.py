@@ -18,17 +18,18 @@ Conventions:
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 
-from . import hlo
+from ..ir import hlo
 from .control_flow import inline_region
-from .backprop import backprop_local
-from .batching import ELEMENTWISE, attributes, remake
-from .hlo import GATHER_FIELDS, SCATTER_FIELDS, broadcast_in_dim, compare, select
-from .mlir import dtype_name, elem, ir, is_float, shape, tensor_type
-from .forward import by_transposition, linear
-from .registry import adjoint, missing, tangent
+from ..transforms.backprop import backprop_local
+from ..ir.hlo import GATHER_FIELDS, SCATTER_FIELDS, broadcast_in_dim, compare, select
+from ..ir.mlir import dtype_name, elem, ir, is_float, shape, tensor_type
+from ..transforms.forward import by_transposition, linear
+from ..transforms.batching import Batcher, MissingBatchingRule, attributes, is_elementwise, leading_batch, plus1, remake
+from ..transforms.registry import adjoint, batching, missing, tangent
 
 
 def _size(v: ir.Value) -> int:
@@ -179,7 +180,7 @@ def _lift(op: ir.Operation, args: list[ir.Value]) -> dict[ir.Value, ir.Value]:
             env[inner.results[0]] = broadcast_in_dim(inner.clone().results[0], like, [])
         elif inner.name in _SCALAR_SHAPES:
             env[inner.results[0]] = operands[0]
-        elif inner.name in ELEMENTWISE:
+        elif is_elementwise(inner.name):
             new = ir.Operation.create(inner.name, results=[tensor_type(like, elem(r)) for r in inner.results],
                                       operands=operands,
                                       attributes=attributes(inner))
@@ -507,6 +508,7 @@ def selection_reduce(op: ir.Operation, cts) -> tuple:
 
 tangent("stablehlo.gather", "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")(linear)
 tangent("stablehlo.sort", "chlo.top_k")(by_transposition)
+batching("chlo.top_k")(leading_batch)  # top_k works along the last dimension
 
 
 @tangent("stablehlo.scatter")
@@ -517,3 +519,85 @@ def _scatter_tangent(op, ts):
     arg = op.regions[0].blocks[0].arguments[1]
     is_linear = form == "keep" or form in ("add", "sub", "replace") and t == arg
     return (linear if is_linear else by_transposition)(op, ts)
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+@batching("stablehlo.sort")
+def _sort_batched(b: Batcher, op):
+    xs = b.operands(op, lift=True)
+    attrs = {"dimension": hlo.i64(hlo.read_int(op, "dimension") + 1)}
+    return b.mark(remake(op, xs, [b.type(r) for r in op.results], attrs).results)
+
+
+@batching("stablehlo.gather")
+def _gather_batched(b: Batcher, op):
+    """shared operand: the batch is one more batch dimension of the indices; batched
+    operand: an operand batching dimension paired with the indices' first"""
+    x, indices = b.operands(op)
+    dims = hlo.read_struct(op, "dimension_numbers")
+    sizes = hlo.read_i64_array(op, "slice_sizes")
+    new = {"offset_dims": plus1(dims.get("offset_dims", [])), "index_vector_dim": dims["index_vector_dim"] + 1,
+           "start_indices_batching_dims": plus1(dims.get("start_indices_batching_dims", []))}
+    indices = b.lift(indices)
+    if x in b.batched:
+        new.update(collapsed_slice_dims=plus1(dims.get("collapsed_slice_dims", [])),
+                   operand_batching_dims=[0, *plus1(dims.get("operand_batching_dims", []))],
+                   start_index_map=plus1(dims.get("start_index_map", [])))
+        new["start_indices_batching_dims"] = [0, *new["start_indices_batching_dims"]]
+        sizes = [1, *sizes]
+    else:
+        new.update({k: dims.get(k, []) for k in ("collapsed_slice_dims", "operand_batching_dims", "start_index_map")})
+    return b.mark([hlo.gather(x, indices, new, sizes)])
+
+
+@batching("stablehlo.scatter")
+def _scatter_batched(b: Batcher, op):
+    """every operand batched; an input batching dimension paired with the indices' first"""
+    n = (len(op.operands) - 1) // 2
+    xs = b.operands(op, lift=True)
+    dims = hlo.read_struct(op, "scatter_dimension_numbers")
+    new = {"update_window_dims": plus1(dims.get("update_window_dims", [])),
+           "inserted_window_dims": plus1(dims.get("inserted_window_dims", [])),
+           "input_batching_dims": [0, *plus1(dims.get("input_batching_dims", []))],
+           "scatter_indices_batching_dims": [0, *plus1(dims.get("scatter_indices_batching_dims", []))],
+           "scatter_dims_to_operand_dims": plus1(dims.get("scatter_dims_to_operand_dims", [])),
+           "index_vector_dim": dims["index_vector_dim"] + 1}
+    attrs = {"scatter_dimension_numbers": hlo.struct_attr("scatter", new, hlo.SCATTER_FIELDS)}
+    return b.mark(remake(op, xs, [b.type(r) for r in op.results[:n]], attrs).results)
+
+
+def _index_vector(b: Batcher, starts: Sequence[ir.Value]) -> ir.Value:
+    """Scalar start indices as a batched ``[size, k]`` index tensor (one integer type)."""
+    element = elem(starts[0])
+    cols = [hlo.reshape(b.lift(hlo.convert(s, element) if elem(s) != element else s), [b.size, 1])
+            for s in starts]
+    return hlo.concatenate(cols, 1)
+
+
+@batching("stablehlo.dynamic_slice")
+def _dynamic_slice_batched(b: Batcher, op):
+    """shared starts: one more (full) dimension; batched starts: a gather (which clamps
+    the same way)"""
+    x, *starts = b.operands(op)
+    sizes = hlo.read_i64_array(op, "slice_sizes")
+    if not any(s in b.batched for s in starts):
+        zero = hlo.splat(0, starts[0].type)
+        return b.mark([hlo.dynamic_slice(x, [zero, *starts], [b.size, *sizes])])
+    rank = len(sizes)
+    dims = {"offset_dims": list(range(1, rank + 1)), "operand_batching_dims": [0],
+            "start_indices_batching_dims": [0], "start_index_map": list(range(1, rank + 1)),
+            "index_vector_dim": 1}
+    return b.mark([hlo.gather(b.lift(x), _index_vector(b, starts), dims, [1, *sizes])])
+
+
+@batching("stablehlo.dynamic_update_slice")
+def _dynamic_update_slice_batched(b: Batcher, op):
+    """shared starts: one more (full) dimension"""
+    x, update, *starts = b.operands(op)
+    if any(s in b.batched for s in starts):
+        # The scatter this would be does not compile in IREE 3.13 ("expected indices to be
+        # equal to batch rank"): callers fall back to a loop.
+        raise MissingBatchingRule(op, "batched start indices")
+    zero = hlo.splat(0, starts[0].type)
+    return b.mark([hlo.dynamic_update_slice(b.lift(x), b.lift(update), [zero, *starts])])

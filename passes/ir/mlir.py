@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from iree.compiler import ir, passmanager  # noqa: F401  (re-exported)
 
-from ..boundary import IRError, diagnostic, dtype_of_element, parse, save_failed_ir, spelling_of_dtype
+from ...boundary import IRError, diagnostic, dtype_of_element, parse, save_failed_ir, spelling_of_dtype
 
 # The bindings look up Python op classes for a dialect by importing
 # iree.compiler.dialects.<dialect> whenever they wrap an op; IREE ships none for

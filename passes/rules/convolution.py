@@ -25,19 +25,27 @@ from __future__ import annotations
 
 import math
 
-from . import hlo
-from .choices import conv_adjoint_by_matmul, conv_forward_by_matmul
-from .mlir import elem, ir, shape, tensor_type
-from .patches import Windows, col2im, patches
-from .forward import bilinear
-from .registry import adjoint, tangent
-from .summation import THRESHOLD
+from ..ir import hlo
+from ..lowering.choices import conv_adjoint_by_matmul, conv_forward_by_matmul
+from ..ir.mlir import elem, ir, shape, tensor_type
+from ..lowering.patches import Windows, col2im, patches
+from ..transforms.forward import bilinear
+from ..transforms.batching import Batcher, MissingBatchingRule, moved_to_front, remake
+from ..transforms.registry import adjoint, batching, tangent
+from ..lowering.summation import THRESHOLD
 
 Spec = tuple[int, ...]
 
 
 def conv_spec(op: ir.Operation) -> tuple[Spec, Spec, Spec]:
-    """(lhs, rhs, out) specs from ``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>``."""
+    """(lhs, rhs, out) specs from ``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>``, or
+    from its ``raw`` form (printed where the short one cannot say it)."""
+    if "raw" in str(op.attributes["dimension_numbers"]):
+        f = hlo.read_struct(op, "dimension_numbers")
+        return tuple((f[f"{side}_{first}_dimension"], f[f"{side}_{second}_dimension"],
+                      *f.get(f"{side}_spatial_dimensions", []))
+                     for side, first, second in (("input", "batch", "feature"), ("kernel", "output_feature",
+                                                 "input_feature"), ("output", "batch", "feature")))
     specs = []
     for labels, (first, second) in zip(hlo.read_conv_layouts(op), (("b", "f"), ("o", "i"), ("b", "f"))):
         spatial = sorted((int(t), i) for i, t in enumerate(labels) if t.isdigit())
@@ -338,3 +346,53 @@ def _convolution(op, cts):
 
 
 tangent("stablehlo.convolution")(bilinear)
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+def _merged(x: ir.Value, into: int) -> ir.Value:
+    """Batched ``x`` with its batch merged into dimension ``into`` (of the unbatched
+    layout), batch-major."""
+    s = list(shape(x))
+    rank = len(s)
+    perm = [*range(1, into + 1), 0, *range(into + 1, rank)]
+    moved = hlo.transpose(x, perm)
+    merged = s[1:]
+    merged[into] *= s[0]
+    return hlo.reshape(moved, merged)
+
+
+def _split(y: ir.Value, at: int, size: int) -> ir.Value:
+    """``y`` with dimension ``at`` (batch-major, ``size`` × rest) split and the batch moved
+    to the front."""
+    s = list(shape(y))
+    split = [*s[:at], size, s[at] // size, *s[at + 1:]]
+    return moved_to_front(hlo.reshape(y, split), at)
+
+
+@batching("stablehlo.convolution")
+def _convolution_batched(b: Batcher, op):
+    """lhs batched: folded into the batch dimension; rhs batched: into the output features;
+    both: a grouped convolution with ``size`` times the groups"""
+    lhs, rhs = b.operands(op)
+    (lb, lf, *_), (ro, ri, *_), (ob, of, *_) = conv_spec(op)
+    groups, batch_groups = hlo.read_int(op, "feature_group_count"), hlo.read_int(op, "batch_group_count")
+    out_type = shape(op.result)
+    if batch_groups != 1:
+        raise MissingBatchingRule(op, "batch_group_count > 1")
+    attrs = {}
+    if lhs in b.batched and rhs in b.batched:
+        lhs, rhs = _merged(lhs, lf), _merged(rhs, ro)
+        attrs["feature_group_count"] = hlo.i64(groups * b.size)
+        at = of
+    elif lhs in b.batched:
+        lhs, at = _merged(lhs, lb), ob
+    else:
+        if groups != 1:
+            lhs = b.lift(lhs)
+            return _convolution_batched(b, op)
+        rhs, at = _merged(rhs, ro), of
+    merged = list(out_type)
+    merged[at] *= b.size
+    y = remake(op, [lhs, rhs], [tensor_type(merged, elem(op.result))], attrs).result
+    return b.mark([_split(y, at, b.size)])

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 
-from . import hlo
-from .hlo import add, divide, like, multiply, negate, subtract
-from .mlir import elem, ir, is_float, shape
-from .backprop import COMPLEX_AWARE, carries, differentiated, is_complex, is_output
-from .invariance import constant_axes, shift_invariant
-from .forward import diagonal, linear, zero_filled
-from .registry import adjoint, nondifferentiable, tangent
+from ..ir import hlo
+from ..ir.hlo import add, divide, like, multiply, negate, subtract
+from ..ir.mlir import elem, ir, is_float, shape
+from ..transforms.backprop import COMPLEX_AWARE, carries, differentiated, is_complex, is_output
+from ..lowering.invariance import constant_axes, shift_invariant
+from ..transforms.forward import diagonal, linear, zero_filled
+from ..transforms.batching import elementwise
+from ..transforms.registry import adjoint, batching, nondifferentiable, tangent
 
 
 
@@ -349,3 +350,12 @@ def _clamp_tangent(op, ts):
     below = hlo.compare(x, full(lo), "LT")
     above = hlo.compare(x, full(hi), "GT")
     return [hlo.select(below, tlo, hlo.select(above, thi, tx))]
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+batching(*[f"stablehlo.{n}" for n in (
+    "abs add atan2 cbrt clamp complex convert cosine divide exponential exponential_minus_one imag log "
+    "log_plus_one logistic maximum minimum multiply negate power real remainder rsqrt select sign sine sqrt "
+    "subtract tan tanh and ceil compare count_leading_zeros floor is_finite not or popcnt round_nearest_afz "
+    "round_nearest_even shift_left shift_right_arithmetic shift_right_logical xor").split()], "chlo.erf")(elementwise)

@@ -4,7 +4,7 @@ and the opaque ``stablehlo.custom_call``.
 ``func.call`` has no rule: the module-level pass inlines every callee, also
 calls nested in while/case regions, before differentiating.
 
-Region bodies are differentiated by the same driver (:func:`.backprop.backprop`),
+Region bodies are differentiated by the same driver (:func:`irgrad.passes.backprop`),
 run on a copy of the region placed inside the adjoint op and restricted to
 that copy's block. A region reads values defined above it (StableHLO allows
 implicit capture); those *captured* values get cotangents too: the driver
@@ -53,13 +53,14 @@ from contextvars import ContextVar
 
 import numpy as np
 
-from . import hlo
-from .regions import discard, inline_region, nested_ops
-from .backprop import backprop, backprop_local, captured_values, op_inputs
-from .choices import unroll_loop
-from .mlir import elem, ir, is_float, shape, tensor_type
-from .forward import Replaced, by_transposition, in_place, jvp
-from .registry import adjoint, missing, tangent
+from ..ir import hlo
+from ..ir.regions import discard, inline_region, nested_ops
+from ..transforms.backprop import backprop, backprop_local, captured_values, op_inputs
+from ..lowering.choices import unroll_loop
+from ..ir.mlir import elem, ir, is_float, shape, tensor_type
+from ..transforms.forward import Replaced, by_transposition, in_place, jvp
+from ..transforms.batching import Batcher
+from ..transforms.registry import adjoint, batching, missing, tangent
 
 
 def _in_block(block: ir.Block) -> Callable[[ir.Operation], bool]:
@@ -911,3 +912,91 @@ def _if_tangent(op, ts):
 
 
 tangent("stablehlo.custom_call")(by_transposition)
+
+
+# ----- batching ------------------------------------------------------------------------------
+
+def _select_batched(pred: ir.Value, on_true: ir.Value, on_false: ir.Value) -> ir.Value:
+    """``select`` by a ``[size]`` predicate over batched values of any rank."""
+    s = shape(on_true)
+    if len(s) > 1:
+        pred = hlo.broadcast_in_dim(pred, s, [0])
+    return hlo.select(pred, on_true, on_false)
+
+
+@batching("stablehlo.while")
+def _while_batched(b: Batcher, op):
+    """batched carries where the body makes them so; a batched condition runs until every
+    element is done and freezes each element's state once its own condition fails"""
+    cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    init = b.operands(op)
+    flags = [v in b.batched for v in init]
+    while True:  # which carries the body batches: a fixpoint
+        (batched_cond,), outs = b.taint([cond], [flags])[0], b.taint([body], [flags])[0]
+        new = [f or o for f, o in zip(flags, outs)]
+        if batched_cond:
+            new = [True] * len(flags)
+        if new == flags:
+            break
+        flags = new
+    init = [b.lift(v) if f else v for v, f in zip(init, flags)]
+    loop, new_cond, new_body = hlo.while_(init)
+
+    def args(block):
+        return [b.mark([a])[0] if f else a for a, f in zip(block.arguments, flags)]
+
+    with ir.InsertionPoint(new_cond):
+        (pred,) = b.run(cond, args(new_cond))
+        if batched_cond:
+            pred = hlo.reduce(pred, [0], "or")
+        hlo.return_([pred], "stablehlo.return")
+    with ir.InsertionPoint(new_body):
+        state = args(new_body)
+        if batched_cond:
+            (active,) = b.run(cond, state)
+        outs = [b.lift(v) if f else v for v, f in zip(b.run(body, state), flags)]
+        if batched_cond:
+            outs = [_select_batched(active, v, s) for v, s in zip(outs, state)]
+        hlo.return_(outs, "stablehlo.return")
+    return [b.mark([r])[0] if f else r for r, f in zip(loop.results, flags)]
+
+
+def _branches(b: Batcher, op, make) -> list[ir.Value]:
+    blocks = [region.blocks[0] for region in op.regions]
+    flags = [any(col) for col in zip(*b.taint(blocks, [[]] * len(blocks)))]
+    new, new_blocks = make([b.type(r) if f else r.type for r, f in zip(op.results, flags)])
+    for block, new_block in zip(blocks, new_blocks):
+        with ir.InsertionPoint(new_block):
+            outs = b.run(block, [])
+            hlo.return_([b.lift(v) if f else v for v, f in zip(outs, flags)], "stablehlo.return")
+    return [b.mark([r])[0] if f else r for r, f in zip(new.results, flags)]
+
+
+def _every_branch(b: Batcher, op, index: ir.Value) -> list[ir.Value]:
+    """Each branch run here; result k from branch ``index`` (the last one when out of range)."""
+    outs = [[b.lift(v) for v in b.run(region.blocks[0], [])] for region in op.regions]
+    results = outs[-1]
+    for k in range(len(outs) - 2, -1, -1):
+        hit = hlo.compare(index, hlo.splat(k, index.type), "EQ")
+        results = [_select_batched(hit, v, r) for v, r in zip(outs[k], results)]
+    return b.mark(results)
+
+
+@batching("stablehlo.case")
+def _case_batched(b: Batcher, op):
+    """shared index: the same case over batched branches; batched index: every branch, then select"""
+    index = b.get(op.operands[0])
+    if index in b.batched:
+        return _every_branch(b, op, index)
+    return _branches(b, op, lambda types: hlo.case(index, types, len(op.regions)))
+
+
+@batching("stablehlo.if")
+def _if_batched(b: Batcher, op):
+    """shared predicate: the same if; batched: both branches, then select"""
+    pred = b.get(op.operands[0])
+    if pred in b.batched:
+        i32 = ir.IntegerType.get_signless(32)
+        index = hlo.select(pred, hlo.splat(0, tensor_type([b.size], i32)), hlo.splat(1, tensor_type([b.size], i32)))
+        return _every_branch(b, op, index)
+    return _branches(b, op, lambda types: hlo.if_(pred, types))

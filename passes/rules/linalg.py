@@ -26,9 +26,10 @@ Cholesky or solve is refused with the op named.
 """
 from __future__ import annotations
 
-from . import hlo
-from .mlir import elem, ir, is_float_type, shape, tensor_type
-from .registry import adjoint, missing, tangent
+from ..ir import hlo
+from ..ir.mlir import elem, ir, is_float_type, shape, tensor_type
+from ..transforms.batching import leading_batch
+from ..transforms.registry import adjoint, batching, missing, tangent
 
 Value = ir.Value
 
@@ -178,6 +179,10 @@ def _triangular_solve_tangent(op, ts):
             da = _mT(da)
         rhs = hlo.subtract(rhs, _matmul(da, x) if attrs["left_side"] else _matmul(x, da))
     return [triangular_solve(a, rhs, **attrs)]
+
+
+# Both work on the trailing two dimensions: one more leading one is a batch.
+batching("stablehlo.cholesky", "stablehlo.triangular_solve")(leading_batch)
 
 
 # ----- lowering to loops IREE compiles ---------------------------------------------------------

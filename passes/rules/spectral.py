@@ -27,11 +27,12 @@ import math
 
 import numpy as np
 
-from . import hlo
-from .backprop import COMPLEX_AWARE
-from .forward import linear
-from .mlir import dtype_name, elem, ir, is_float_type, shape, tensor_type
-from .registry import adjoint, tangent
+from ..ir import hlo
+from ..transforms.backprop import COMPLEX_AWARE
+from ..transforms.forward import linear
+from ..ir.mlir import dtype_name, elem, ir, is_float_type, shape, tensor_type
+from ..transforms.batching import leading_batch
+from ..transforms.registry import adjoint, batching, tangent
 
 Value = ir.Value
 
@@ -94,6 +95,8 @@ def _fft(op, cts):
 
 
 tangent("stablehlo.fft")(linear)
+# FFT already transforms its trailing dimensions only: one more leading one is a batch.
+batching("stablehlo.fft")(leading_batch)
 COMPLEX_AWARE.add("stablehlo.fft")
 
 

@@ -18,70 +18,18 @@ IREE compiles it by inlining the decomposition):
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
-from . import hlo
-from .backprop import backprop_local
-from .mlir import ir
-from .forward import by_transposition, diagonal, in_place, jvp
-from .registry import COMPOSITE_RULES, COMPOSITE_TANGENT_RULES, adjoint, composite_adjoint, composite_tangent, tangent
+from ..ir import hlo
+from ..ir.mlir import ir
+from ..ir.regions import composite_attribute, composite_name, inline_region, lookup_function, symbol
+from ..transforms.backprop import backprop_local
+from ..transforms.forward import by_transposition, diagonal, in_place, jvp
+from ..transforms.batching import Batcher, batched_function, remake
+from ..transforms.registry import (COMPOSITE_RULES, COMPOSITE_TANGENT_RULES, adjoint, batching, composite_adjoint,
+                                   composite_tangent, tangent)
 
 STOP_GRADIENT = "irgrad.stop_gradient"
 CUSTOM_GRADIENT = "irgrad.custom_gradient"
 RELU = "irgrad.relu"
-
-
-def composite_name(op: ir.Operation) -> str:
-    return hlo.read_str(op, "name")
-
-
-def composite_attribute(op: ir.Operation, key: str) -> ir.Attribute | None:
-    if "composite_attributes" not in op.attributes:
-        return None
-    attrs = ir.DictAttr(op.attributes["composite_attributes"])
-    return attrs[key] if key in attrs else None
-
-
-def symbol(attr: ir.Attribute) -> str:
-    return ir.FlatSymbolRefAttr(attr).value
-
-
-def module_of(op: ir.Operation) -> ir.Operation:
-    while op.name != "builtin.module":
-        op = op.parent.operation
-    return op
-
-
-def lookup_function(anchor: ir.Operation, name: str) -> ir.Operation:
-    """The ``func.func @name`` of the module that contains ``anchor``."""
-    module = module_of(anchor)
-    try:
-        return ir.SymbolTable(module)[name].operation
-    except KeyError:
-        raise LookupError(f"function @{name} referenced at {anchor.location} is not in the module") from None
-
-
-def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value],
-                  copied: list[ir.Operation] | None = None) -> list[ir.Value]:
-    """Copy region ``index`` of ``op`` (one block) to the insertion point with its block
-    arguments bound to ``args``; return the values its terminator returns. The copied ops,
-    in order, are appended to ``copied`` when given."""
-    clone = op.clone()  # inserted at the insertion point; only its region survives
-    block = clone.regions[index].blocks[0]
-    for formal, actual in zip(block.arguments, args):
-        formal.replace_all_uses_with(actual)
-    body = [o.operation for o in block.operations]
-    results = list(body[-1].operands)
-    for o in body[:-1]:
-        o.move_before(clone)
-    if copied is not None:
-        copied.extend(body[:-1])
-    # Erase through its Python object first: the bindings would otherwise keep a stale
-    # handle to it (erasing the clone does not invalidate handles to nested ops), which a
-    # later op allocated at the same address would inherit.
-    body[-1].erase()
-    clone.erase()
-    return results
 
 
 @adjoint("stablehlo.composite")
@@ -153,20 +101,29 @@ def _decomposition_tangent(op, ts):
     return jvp(_decomposition(op), list(op.operands), list(ts), in_place=in_place(), name=composite_name(op))
 
 
-def nested_ops(op: ir.Operation) -> Iterator[ir.Operation]:
-    """Every op inside ``op``'s regions, at any depth, outer ones first."""
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield inner.operation
-                yield from nested_ops(inner.operation)
+# ----- batching ------------------------------------------------------------------------------
+
+@batching("func.call")
+def _call_batched(b: Batcher, op):
+    """the callee's body, batched here"""
+    callee = lookup_function(op, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+    return b.run(callee.regions[0].blocks[0], b.operands(op))
 
 
-def discard(op: ir.Operation) -> None:
-    """Erase ``op`` and, first, every op nested in it through its Python handle (the
-    bindings keep stale handles to nested ops otherwise)."""
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in reversed([o.operation for o in block.operations]):
-                discard(inner)
-    op.erase()
+@batching("stablehlo.composite")
+def _composite_batched(b: Batcher, op):
+    """the same composite over every operand batched, its functions batched alike"""
+    xs = b.operands(op, lift=True)
+    attrs = {"decomposition": batched_function(op, ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value,
+                                                b.size)}
+    if "composite_attributes" in op.attributes:
+        inner = ir.DictAttr(op.attributes["composite_attributes"])
+        fields = {}
+        for k in range(len(inner)):
+            named = inner[k]
+            value = named.attr
+            if str(value).startswith("@"):  # a function of the operands: batched alike
+                value = batched_function(op, ir.FlatSymbolRefAttr(value).value, b.size)
+            fields[named.name] = value
+        attrs["composite_attributes"] = ir.DictAttr.get(fields)
+    return b.mark(remake(op, xs, [b.type(r) for r in op.results], attrs).results)

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import math
 
-from . import hlo
-from .mlir import elem, ir, is_float_type, shape
+from ..ir import hlo
+from ..ir.mlir import elem, ir, is_float_type, shape
 
 BLOCK = 256  # terms in one running sum, once a sum is blocked
 # Sums of up to this many terms stay one reduce: their error is float32's usual (≤ 1.3e-6

@@ -28,8 +28,8 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from . import hlo
-from .mlir import elem, ir, shape, tensor_type
+from ..ir import hlo
+from ..ir.mlir import elem, ir, shape, tensor_type
 
 
 class Windows:
