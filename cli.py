@@ -12,7 +12,7 @@
     irgrad cache info | clear
     irgrad [--verbose] [--debug] CMD ...
 
-This module parses arguments, calls irgrad's library (``irgrad.tools``,
+This module parses arguments, calls irgrad's library (``irgrad.commands``,
 ``irgrad.values``, ``irgrad.runtime``) and prints. Every error
 is one line on stderr (``irgrad: error: ...``): exit status 2 for a bad
 command line (unknown option or target, bad ``--input`` syntax, a missing
@@ -34,10 +34,10 @@ from irgrad import runtime
 from irgrad.runtime.vmfb import signatures_from_metadata
 from irgrad.runtime.profile import profile_dispatches
 from irgrad.console import ErrorLines, State, cache_app, log_to_stderr, progress
-from irgrad.tools import (USAGE, CLIError, adjoints, argument_lines, artifact_metadata, compile_blaming,
+from irgrad.commands import (USAGE, CLIError, adjoints, argument_lines, artifact_metadata, compile_blaming,
                           describe_artifact, describe_targets, load_source, pick_function, read_mlir,
                           signature_lines, with_file_locations, write_text)
-from irgrad.tools import parse_wrt  # noqa: F401  (re-exported: benchmarks/profile.py imports it from here)
+from irgrad.commands import parse_wrt  # noqa: F401  (re-exported: benchmarks/profile.py imports it from here)
 from irgrad.viz import function_graph, module_graph, render
 from irgrad.values import read_run_specs, report_results
 

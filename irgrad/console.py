@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 
 from . import runtime
 from .runtime.options import format_bytes
-from .tools import FAILURE, SOURCE, USAGE, CLIError, located, one_line
+from .commands import FAILURE, SOURCE, USAGE, CLIError, located, one_line
 
 __all__ = ["MAX_MESSAGE", "ErrorLines", "State", "cache_app", "fail", "log_to_stderr", "progress"]
 

@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 import irgrad
 from irgrad import runtime as rt
 from irgrad import cli as cli_module
-from irgrad import console, tools, values
+from irgrad import commands, console, values
 from irgrad.cli import app
 from irgrad.runtime.options import TARGET_FLAGS, CompileOptions, Target
 from irgrad.console import progress
-from irgrad.tools import CLIError
+from irgrad.commands import CLIError
 from irgrad.values import format_array, parse_input
 
 try:  # click < 8.2 mixes stderr into stdout unless told not to
@@ -281,62 +281,62 @@ def test_progress_only_on_a_terminal():
 
 def test_cli_reexports_what_benchmarks_profile_imports():
     assert (cli_module.CLIError, cli_module.load_source, cli_module.parse_wrt) == (
-        tools.CLIError, tools.load_source, tools.parse_wrt)
+        commands.CLIError, commands.load_source, commands.parse_wrt)
 
 
 def test_parse_wrt():
-    assert tools.parse_wrt("0,2") == [0, 2] and tools.parse_wrt("1") == [1]
-    assert tools.parse_wrt(None) is None
-    assert tools.parse_wrt("0,w1, params['b']") == [0, "w1", "params['b']"]  # names too
+    assert commands.parse_wrt("0,2") == [0, 2] and commands.parse_wrt("1") == [1]
+    assert commands.parse_wrt(None) is None
+    assert commands.parse_wrt("0,w1, params['b']") == [0, "w1", "params['b']"]  # names too
     with pytest.raises(CLIError, match=r"bad --wrt '0,,1': expected argument indices or names") as info:
-        tools.parse_wrt("0,,1")
-    assert info.value.exit_code == tools.USAGE == 2
+        commands.parse_wrt("0,,1")
+    assert info.value.exit_code == commands.USAGE == 2
 
 
 def test_one_line():
-    assert tools.one_line(FileNotFoundError(2, "No such file or directory", "/x/y")) == \
+    assert commands.one_line(FileNotFoundError(2, "No such file or directory", "/x/y")) == \
         "/x/y: No such file or directory"
-    assert tools.one_line(KeyError("no such\n  key")) == "no such key"
-    assert tools.one_line(ValueError("")) == "ValueError"
-    unexpected = tools.one_line(ZeroDivisionError("division by zero"))
+    assert commands.one_line(KeyError("no such\n  key")) == "no such key"
+    assert commands.one_line(ValueError("")) == "ValueError"
+    unexpected = commands.one_line(ZeroDivisionError("division by zero"))
     assert unexpected == "ZeroDivisionError: division by zero (run 'irgrad --debug ...' for the traceback)"
 
 
 def test_read_and_write_text(tmp_path, capsys):
     with pytest.raises(CLIError, match="no such file") as info:
-        tools.read_mlir(tmp_path / "nope.mlir")
+        commands.read_mlir(tmp_path / "nope.mlir")
     assert info.value.exit_code == 2
     out = tmp_path / "sub" / "out.mlir"
-    tools.write_text(out, "module {}")
-    assert tools.read_mlir(out) == "module {}" and sorted(p.name for p in out.parent.iterdir()) == ["out.mlir"]
-    tools.write_text(None, "a")
-    tools.write_text(Path("-"), "b\n")
+    commands.write_text(out, "module {}")
+    assert commands.read_mlir(out) == "module {}" and sorted(p.name for p in out.parent.iterdir()) == ["out.mlir"]
+    commands.write_text(None, "a")
+    commands.write_text(Path("-"), "b\n")
     assert capsys.readouterr().out == "a\nb\n"
 
 
 def test_adjoints_and_load_source(work):
-    text, name = tools.load_source(str(work / "f.mlir"))
-    assert name is None and tools.adjoints(text, None, None) == text
+    text, name = commands.load_source(str(work / "f.mlir"))
+    assert name is None and commands.adjoints(text, None, None) == text
     with pytest.raises(CLIError, match="--with-value and --wrt need --grad or --vjp"):
-        tools.adjoints(text, None, "0")
+        commands.adjoints(text, None, "0")
     with pytest.raises(CLIError, match="--loop-checkpoints needs --grad or --vjp"):
-        tools.adjoints(text, None, None, loop_checkpoints="sqrt")
-    assert "@f_grad(" in tools.adjoints(text, "f", "0", grad=True)
-    text, name = tools.load_source(f"{work}/model.py:loss")
+        commands.adjoints(text, None, None, loop_checkpoints="sqrt")
+    assert "@f_grad(" in commands.adjoints(text, "f", "0", grad=True)
+    text, name = commands.load_source(f"{work}/model.py:loss")
     assert name == "loss" and "func.func @loss(" in text
     with pytest.raises(CLIError, match=r"name the function as .*model.py:FUNCTION \(ig.functions in it: "
                        r"bad_trace, loss, nosig\)") as info:
-        tools.load_source(f"{work}/model.py")
+        commands.load_source(f"{work}/model.py")
     assert info.value.exit_code == 2
 
 
 def test_pick_function():
-    assert tools.pick_function(["f"], None, "a.vmfb") == "f"
-    assert tools.pick_function(["f", "g"], "g", "a.vmfb") == "g"
+    assert commands.pick_function(["f"], None, "a.vmfb") == "f"
+    assert commands.pick_function(["f", "g"], "g", "a.vmfb") == "g"
     with pytest.raises(CLIError, match=r"a.vmfb has 2 functions; choose one with --function \(f, g\)"):
-        tools.pick_function(["f", "g"], None, "a.vmfb")
+        commands.pick_function(["f", "g"], None, "a.vmfb")
     with pytest.raises(CLIError, match=r"no function 'h' in a.vmfb; functions: none"):
-        tools.pick_function([], "h", "a.vmfb")
+        commands.pick_function([], "h", "a.vmfb")
 
 
 def test_parse_type_and_values():
