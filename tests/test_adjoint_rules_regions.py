@@ -381,6 +381,15 @@ def _chlo(op: str, x) -> tuple[str, list]:
     return _f(f"%a: {t}", body, t), [x]
 
 
+def _chlo_of_constant(op: str, first, x) -> tuple[str, list]:
+    """``op(first, x) * x`` with ``first`` a constant: polygamma's order n, zeta's exponent s
+    (which get no gradient, as in TensorFlow)."""
+    t = _t(np.shape(x))
+    body = (f"%c = stablehlo.constant dense<{list(first)}> : {t}\n"
+            f"%0 = \"chlo.{op}\"(%c, %a) : ({t}, {t}) -> {t}\n%1 = stablehlo.multiply %0, %a : {t}\n return %1 : {t}")
+    return _f(f"%a: {t}", body, t), [x]
+
+
 CHLO_CASES = {
     "square": _chlo("square", normal(2, 3)),
     "erfc": _chlo("erfc", normal(5)),
@@ -394,6 +403,9 @@ CHLO_CASES = {
     "atanh": _chlo("atanh", rng.uniform(-0.9, 0.9, 4)),
     "lgamma": _chlo("lgamma", rng.uniform(0.3, 4.0, 4)),
     "erf_inv": _chlo("erf_inv", rng.uniform(-0.9, 0.9, 4)),
+    "tan": _chlo("tan", rng.uniform(-1.2, 1.2, 4)),
+    "digamma": _chlo("digamma", rng.uniform(0.4, 4.0, 4)),
+    "zeta": _chlo_of_constant("zeta", [2.0, 3.0, 2.5, 4.0], rng.uniform(0.5, 3.0, 4)),
 }
 
 
@@ -401,6 +413,36 @@ CHLO_CASES = {
 def test_chlo(name):
     text, args = CHLO_CASES[name]
     check_module(text, args, what=f"chlo.{name}")
+
+
+def test_polygamma():
+    """polygamma(n, x) · x with the order an argument that the directions leave alone (it gets no
+    gradient). A constant order makes IREE fold CHLO's expansion into a form whose f64 sine does
+    not link on the CPU backends."""
+    t = _t((4,))
+    text = _f(f"%n: {t}, %a: {t}", f"%0 = \"chlo.polygamma\"(%n, %a) : ({t}, {t}) -> {t}\n"
+              f"%1 = stablehlo.multiply %0, %a : {t}\n return %1 : {t}", t)
+    check_module(text, [np.array([0.0, 1.0, 2.0, 3.0]), rng.uniform(0.4, 4.0, 4)], along=[False, True],
+                 what="chlo.polygamma")
+
+
+def test_special_function_gradients_by_hand():
+    """d digamma(x)/dx at 1 = π²/6; d polygamma(1, x)/dx at 1 = polygamma(2, 1) = -2ζ(3);
+    d zeta(2, q)/dq at 1 = -2ζ(3); no gradient reaches polygamma's order or zeta's exponent.
+    (The gradient alone: f64 polygamma itself does not link on IREE's CPU backends.)"""
+    t = "tensor<f64>"
+    text = (f"func.func @f(%n: {t}, %x: {t}) -> ({t}, {t}, {t}) {{\n"
+            f"  %0 = \"chlo.digamma\"(%x) : ({t}) -> {t}\n"
+            f"  %1 = \"chlo.polygamma\"(%n, %x) : ({t}, {t}) -> {t}\n"
+            f"  %s = stablehlo.add %n, %n : {t}\n"
+            f"  %2 = \"chlo.zeta\"(%s, %x) : ({t}, {t}) -> {t}\n"
+            f"  return %0, %1, %2 : {t}, {t}, {t}\n}}")
+    zeta3 = 1.2020569031595942
+    vjp = ig.compile(passes.differentiate(text, vjp=True, grad=False)).load()["f_vjp"]
+    jacobian = [vjp.call_flat(np.float64(1.0), np.float64(1.0), *[np.float64(k == j) for j in range(3)])
+                for k in range(3)]
+    np.testing.assert_allclose([g[1] for g in jacobian], [np.pi ** 2 / 6, -2 * zeta3, -2 * zeta3], rtol=1e-10)
+    assert [float(g[0]) for g in jacobian] == [0.0, 0.0, 0.0]
 
 
 # ----- case / if ---------------------------------------------------------------------------------

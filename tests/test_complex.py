@@ -51,6 +51,17 @@ def test_binary(op):
     check_complex_module(text, [_c(3), _c(3) + 1.5])
 
 
+def test_chlo_conj():
+    """conj(z) · exp(z) (TensorFlow exports conj as chlo.conj): its adjoint is conj(ct), its tangent conj(t)."""
+    text = f"""func.func @f(%z: {C}) -> {C} {{
+  %0 = "chlo.conj"(%z) : ({C}) -> {C}
+  %1 = stablehlo.exponential %z : {C}
+  %2 = stablehlo.multiply %0, %1 : {C}
+  return %2 : {C}
+}}"""
+    check_complex_module(text, [_c(3)])
+
+
 def test_complex_conj_and_a_real_loss_mixing_everything():
     """complex(x, y), conj as JAX exports it (complex(real, -imag)), |z|, a contraction, a sum,
     and real arguments beside complex ones."""

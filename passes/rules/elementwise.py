@@ -204,7 +204,7 @@ def _cos(op, cts):
     return (negate(multiply(cts[0], hlo.unary("stablehlo.sine", op.operands[0]))),)
 
 
-@adjoint("stablehlo.tan")
+@adjoint("stablehlo.tan", "chlo.tan")
 def _tan(op, cts):
     """dx = ct * (1 + y^2)"""
     y = op.results[0]
@@ -326,8 +326,8 @@ tangent("stablehlo.add", "stablehlo.subtract", "stablehlo.negate", "stablehlo.co
 tangent("stablehlo.multiply", "stablehlo.divide", "stablehlo.power", "stablehlo.maximum", "stablehlo.minimum",
         "stablehlo.remainder", "stablehlo.atan2", "stablehlo.exponential", "stablehlo.exponential_minus_one",
         "stablehlo.log", "stablehlo.log_plus_one", "stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.cbrt",
-        "stablehlo.tanh", "stablehlo.logistic", "stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "chlo.erf",
-        "stablehlo.sign", "stablehlo.select")(diagonal)
+        "stablehlo.tanh", "stablehlo.logistic", "stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "chlo.tan",
+        "chlo.erf", "stablehlo.sign", "stablehlo.select")(diagonal)
 
 
 @tangent("stablehlo.abs")
@@ -358,4 +358,5 @@ batching(*[f"stablehlo.{n}" for n in (
     "abs add atan2 cbrt clamp complex convert cosine divide exponential exponential_minus_one imag log "
     "log_plus_one logistic maximum minimum multiply negate power real remainder rsqrt select sign sine sqrt "
     "subtract tan tanh and ceil compare count_leading_zeros floor is_finite not or popcnt round_nearest_afz "
-    "round_nearest_even shift_left shift_right_arithmetic shift_right_logical xor").split()], "chlo.erf")(elementwise)
+    "round_nearest_even shift_left shift_right_arithmetic shift_right_logical xor").split()],
+         "chlo.erf", "chlo.tan")(elementwise)
