@@ -53,11 +53,21 @@ BATCHING_RULES: dict[str, BatchingRule] = {}
 SITES: dict[tuple[str, str], str] = {}
 
 
-def _record(kind: str, names: Sequence[str]) -> None:
-    """Note the module two frames up (the one calling the decorator) as where ``names`` were registered."""
-    module = sys._getframe(2).f_globals.get("__name__", "?")
-    for name in names:
-        SITES[(kind, name)] = module
+def _registrar(kind: str, table: dict, names: Sequence[str], exclusive: bool = True) -> Callable:
+    """The decorator that puts a rule in ``table`` under each of ``names`` and records the module
+    calling it in ``SITES``; ``exclusive``: a name already registered (or, for a derivative rule,
+    declared nondifferentiable) raises ``KeyError``."""
+    site = sys._getframe(2).f_globals.get("__name__", "?")  # the rule's module, calling adjoint(...) etc.
+
+    def register(rule):
+        for name in names:
+            if exclusive and (name in table or (table is not BATCHING_RULES and name in NONDIFFERENTIABLE)):
+                raise KeyError(f"a {kind} rule for {name!r} is already registered")
+            table[name] = rule
+            if exclusive:
+                SITES[(kind, name)] = site
+        return rule
+    return register
 
 
 def adjoint(*names: str) -> Callable[[Rule], Rule]:
@@ -72,14 +82,7 @@ def adjoint(*names: str) -> Callable[[Rule], Rule]:
         def _tanh(op, cts):
             '''dx = ct * (1 - y * y)'''
     """
-    def register(rule: Rule) -> Rule:
-        for name in names:
-            if name in RULES or name in NONDIFFERENTIABLE:
-                raise KeyError(f"an adjoint rule for {name!r} is already registered")
-            RULES[name] = rule
-        _record("adjoint", names)
-        return rule
-    return register
+    return _registrar("adjoint", RULES, names)
 
 
 def composite_adjoint(*names: str) -> Callable[[Rule], Rule]:
@@ -89,45 +92,23 @@ def composite_adjoint(*names: str) -> Callable[[Rule], Rule]:
     differentiated through its decomposition; irgrad's own ``irgrad.relu``,
     ``irgrad.stop_gradient`` and ``irgrad.custom_gradient`` are registered this way.
     """
-    def register(rule: Rule) -> Rule:
-        for name in names:
-            COMPOSITE_RULES[name] = rule
-        return rule
-    return register
+    return _registrar("composite adjoint", COMPOSITE_RULES, names, exclusive=False)
 
 
 def tangent(*names: str) -> Callable[[TangentRule], TangentRule]:
     """Register the decorated function as the tangent (JVP) rule of ``names``."""
-    def register(rule: TangentRule) -> TangentRule:
-        for name in names:
-            if name in TANGENT_RULES or name in NONDIFFERENTIABLE:
-                raise KeyError(f"a tangent rule for {name!r} is already registered")
-            TANGENT_RULES[name] = rule
-        _record("tangent", names)
-        return rule
-    return register
+    return _registrar("tangent", TANGENT_RULES, names)
 
 
 def composite_tangent(*names: str) -> Callable[[TangentRule], TangentRule]:
     """Register the tangent rule of ``stablehlo.composite`` ops with one of ``names``."""
-    def register(rule: TangentRule) -> TangentRule:
-        for name in names:
-            COMPOSITE_TANGENT_RULES[name] = rule
-        return rule
-    return register
+    return _registrar("composite tangent", COMPOSITE_TANGENT_RULES, names, exclusive=False)
 
 
 def batching(*names: str) -> Callable[[BatchingRule], BatchingRule]:
     """Register the decorated function as the batching rule of ``names``: ``rule(batcher, op)``
     returns ``op``'s results over a leading batch dimension (see :class:`.batching.Batcher`)."""
-    def register(rule: BatchingRule) -> BatchingRule:
-        for name in names:
-            if name in BATCHING_RULES:
-                raise KeyError(f"a batching rule for {name!r} is already registered")
-            BATCHING_RULES[name] = rule
-        _record("batching", names)
-        return rule
-    return register
+    return _registrar("batching", BATCHING_RULES, names)
 
 
 def nondifferentiable(*names: str) -> None:
