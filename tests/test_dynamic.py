@@ -159,6 +159,27 @@ def test_a_rule_that_needs_a_static_size_refuses_in_one_line():
     assert "dimension 0" in message and "?x4xf32" in message and "cumsum.py\":3" in message
 
 
+def test_dynamic_update_slice_over_a_run_time_batch_clamps_its_start():
+    """JAX's dynamic_update_index_in_dim over a symbolic batch (a scan's output buffer): IREE 3.13
+    refuses the op itself ("'stablehlo.reshape' op result #0 must be statically shaped"); it
+    runs as tensor.insert_slice, its start clamped into range as StableHLO's is."""
+    text = """func.func @main(%x: tensor<4x?x5xf32>, %u: tensor<1x?x5xf32>, %k: tensor<i32>) -> tensor<4x?x5xf32> {
+      %c = stablehlo.constant dense<0> : tensor<i32>
+      %0 = stablehlo.dynamic_update_slice %x, %u, %k, %c, %c : (tensor<4x?x5xf32>, tensor<1x?x5xf32>, tensor<i32>,
+           tensor<i32>, tensor<i32>) -> tensor<4x?x5xf32>
+      return %0 : tensor<4x?x5xf32>
+    }"""
+    main = ig.compile(text).load()["main"]
+    for batch in (1, 3):
+        x = np.arange(4 * batch * 5, dtype=np.float32).reshape(4, batch, 5)
+        u = -np.arange(batch * 5, dtype=np.float32).reshape(1, batch, 5) - 1
+        for k in (-2, 0, 2, 3, 9):
+            want = x.copy()
+            at = min(max(k, 0), 3)
+            want[at:at + 1] = u
+            np.testing.assert_array_equal(main(x, u, np.int32(k)), want, err_msg=f"batch {batch}, start {k}")
+
+
 def test_portable_artifact_differentiates():
     """``.mlir_module_serialized`` (versioned StableHLO bytecode) works as the text does."""
     data = _data("mlp")

@@ -496,6 +496,31 @@ def _pad_reduce_window(op: ir.Operation) -> ir.Value | None:
     return new.results[0]
 
 
+def _arith(name: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    return ir.Operation.create(f"arith.{name}", results=[a.type], operands=[a, b]).result
+
+
+def _update_by_insert(op: ir.Operation) -> ir.Value | None:
+    """A ``dynamic_update_slice`` with run-time sizes as ``tensor.insert_slice`` (IREE 3.13 lowers
+    the op itself through a scatter whose reshape it then refuses: "'stablehlo.reshape' op result
+    #0 must be statically shaped"), its start indices clamped as StableHLO's are: into
+    ``[0, operand size - update size]``."""
+    x, update, *starts = op.operands
+    xs, us = shape(x), shape(update)
+    offsets = []
+    for d, start in enumerate(starts):
+        last = (_index_constant(xs[d] - us[d]) if DYNAMIC not in (xs[d], us[d])
+                else _arith("subi", _dim_index(x, d), _dim_index(update, d)))
+        offsets.append(_arith("maxsi", _arith("minsi", _index(start), last), _index_constant(0)))
+    sizes = [_dim_index(update, d) for d, n in enumerate(us) if n == DYNAMIC]
+    rank = len(xs)
+    attributes = {"static_offsets": hlo.i64_array([DYNAMIC] * rank), "static_sizes": hlo.i64_array(list(us)),
+                  "static_strides": hlo.i64_array([1] * rank),
+                  "operandSegmentSizes": hlo.attr(f"array<i32: 1, 1, {rank}, {len(sizes)}, 0>")}
+    return ir.Operation.create("tensor.insert_slice", results=[x.type], operands=[update, x, *offsets, *sizes],
+                               attributes=attributes).result
+
+
 def rewrite_dynamic(module: ir.Module) -> int:
     """Compose broadcast chains, group reshapes and contractions (see above); returns the count."""
     ops: list[ir.Operation] = []
@@ -510,6 +535,8 @@ def rewrite_dynamic(module: ir.Module) -> int:
             rewrite = _dot_by_groups
         elif op.name == "stablehlo.reduce_window":
             rewrite = _pad_reduce_window
+        elif op.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(op.operands[1]):
+            rewrite = _update_by_insert
         else:
             continue
         with ir.InsertionPoint(op), op.location:
