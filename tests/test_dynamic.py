@@ -180,6 +180,50 @@ def test_dynamic_update_slice_over_a_run_time_batch_clamps_its_start():
             np.testing.assert_array_equal(main(x, u, np.int32(k)), want, err_msg=f"batch {batch}, start {k}")
 
 
+@pytest.mark.xfail(strict=True, reason="IREE 3.13 miscompiles it (the loop alone, without irgrad's rewrites)")
+def test_a_loop_over_a_run_time_batch_that_broadcasts_a_constant():
+    """The smallest program found behind the JAX LSTM's wrong values (lstm.npz, out of this file's
+    tables for it): a ``while`` over ``?x5`` carries whose body broadcasts a constant to the batch
+    (``jnp.ones_like``, sigmoid's 1 / (1 + e^-x)). IREE 3.13 gives wrong values on llvm-cpu and
+    vmvx, local-task and local-sync, with or without irgrad's legalization; the same module at a
+    static batch, or without the broadcast, is right. Strict: it fails the day IREE gets it right."""
+    text = """func.func @main(%h0: tensor<?x5xf32>, %c0: tensor<?x5xf32>) -> (tensor<?x5xf32>, tensor<?x5xf32>) {
+      %b = "stablehlo.get_dimension_size"(%h0) {dimension = 0 : i64} : (tensor<?x5xf32>) -> tensor<i32>
+      %k0 = stablehlo.constant dense<0> : tensor<i32>
+      %k1 = stablehlo.constant dense<1> : tensor<i32>
+      %kn = stablehlo.constant dense<3> : tensor<i32>
+      %r:3 = stablehlo.while(%i = %k0, %h = %h0, %c = %c0) : tensor<i32>, tensor<?x5xf32>, tensor<?x5xf32>
+      cond {
+        %p = stablehlo.compare LT, %i, %kn, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %p : tensor<i1>
+      } do {
+        %sh = stablehlo.reshape %b : (tensor<i32>) -> tensor<1xi32>
+        %five = stablehlo.constant dense<5> : tensor<1xi32>
+        %ext = stablehlo.concatenate %sh, %five, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+        %one = stablehlo.constant dense<1.0> : tensor<f32>
+        %ones = stablehlo.dynamic_broadcast_in_dim %one, %ext, dims = [] : (tensor<f32>, tensor<2xi32>) -> tensor<?x5xf32>
+        %a = stablehlo.add %ones, %ones : tensor<?x5xf32>
+        %t = stablehlo.tanh %h : tensor<?x5xf32>
+        %m = stablehlo.multiply %a, %c : tensor<?x5xf32>
+        %c2 = stablehlo.add %m, %t : tensor<?x5xf32>
+        %tc = stablehlo.tanh %c2 : tensor<?x5xf32>
+        %h2 = stablehlo.multiply %a, %tc : tensor<?x5xf32>
+        %j = stablehlo.add %i, %k1 : tensor<i32>
+        stablehlo.return %j, %h2, %c2 : tensor<i32>, tensor<?x5xf32>, tensor<?x5xf32>
+      }
+      return %r#1, %r#2 : tensor<?x5xf32>, tensor<?x5xf32>
+    }"""
+    rng = np.random.default_rng(0)
+    h, c = (rng.standard_normal((3, 5)).astype(np.float32) * 0.3 for _ in range(2))
+    got = ig.compile(text).load()["main"](h, c)
+    want_h, want_c = h.astype(np.float64), c.astype(np.float64)
+    for _ in range(3):
+        want_c = 2 * want_c + np.tanh(want_h)
+        want_h = 2 * np.tanh(want_c)
+    np.testing.assert_allclose(got[0], want_h, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], want_c, rtol=1e-5, atol=1e-5)
+
+
 def test_portable_artifact_differentiates():
     """``.mlir_module_serialized`` (versioned StableHLO bytecode) works as the text does."""
     data = _data("mlp")
