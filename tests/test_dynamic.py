@@ -224,6 +224,41 @@ def test_a_loop_over_a_run_time_batch_that_broadcasts_a_constant():
     np.testing.assert_allclose(got[1], want_c, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("padding", [0, 1])
+def test_channels_first_pooling_over_a_run_time_batch(padding):
+    """torch's NCHW max pool with a ``?`` batch, which IREE 3.13 refuses to legalize: irgrad runs
+    it channels last (padded first where it pads); values and gradient against numpy."""
+    out = (5 + 2 * padding - 3) // 2 + 1
+    text = f"""func.func @main(%x: tensor<?x2x5x5xf32>) -> tensor<?x2x{out}x{out}xf32> {{
+      %init = stablehlo.constant dense<0xFF800000> : tensor<f32>
+      %0 = "stablehlo.reduce_window"(%x, %init) <{{window_dimensions = array<i64: 1, 1, 3, 3>,
+           window_strides = array<i64: 1, 1, 2, 2>,
+           padding = dense<[[0, 0], [0, 0], [{padding}, {padding}], [{padding}, {padding}]]> : tensor<4x2xi64>}}> ({{
+        ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+          %m = stablehlo.maximum %a, %b : tensor<f32>
+          stablehlo.return %m : tensor<f32> }}) : (tensor<?x2x5x5xf32>, tensor<f32>) -> tensor<?x2x{out}x{out}xf32>
+      return %0 : tensor<?x2x{out}x{out}xf32>
+    }}"""
+    module = _compiled_text(text)
+    rng = np.random.default_rng(padding)
+    for batch in (1, 3):
+        x = rng.permutation(batch * 50).reshape(batch, 2, 5, 5).astype(np.float32)  # no ties
+        padded = np.pad(x, [(0, 0), (0, 0), (padding, padding), (padding, padding)], constant_values=-np.inf)
+        want = np.empty((batch, 2, out, out), np.float32)
+        grad = np.zeros_like(padded)
+        for i in range(out):
+            for j in range(out):
+                window = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].reshape(batch, 2, 9)
+                want[:, :, i, j] = window.max(-1)
+                k = window.argmax(-1)
+                for b in range(batch):
+                    for c in range(2):
+                        grad[b, c, 2 * i + k[b, c] // 3, 2 * j + k[b, c] % 3] += 1
+        np.testing.assert_array_equal(module["main"](x), want)
+        lo, hi = padding, padding + 5
+        np.testing.assert_array_equal(module["main_grad"](x), grad[:, :, lo:hi, lo:hi])
+
+
 def test_portable_artifact_differentiates():
     """``.mlir_module_serialized`` (versioned StableHLO bytecode) works as the text does."""
     data = _data("mlp")

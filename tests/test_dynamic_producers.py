@@ -5,7 +5,8 @@ batch is ``?``, with PyTorch's own outputs and ``torch.autograd`` gradients at b
 32. torch-mlir writes implicit broadcasting with the ``shape`` dialect (``shape.shape_of``,
 ``shape.broadcast``, ``shape.assuming``), which irgrad lowers on parsing
 (``passes/lowering/dynamic_shapes.py: lower_shape_dialect``). Each module is differentiated and compiled
-once; that one artifact must match PyTorch at every batch size. ``fixtures/tf_dynamic``
+once; that one artifact must match PyTorch at every batch size (the MLP loss, and the CNN whose
+NCHW max pool irgrad runs channels last). ``fixtures/tf_dynamic``
 (``dev/make_tf_dynamic_fixtures.py``, TF's MLIR bridge) is exported but not yet differentiated here.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from test_dynamic import _numbered
 FIXTURES = Path(__file__).parent / "fixtures"
 BATCHES = (1, 3, 32)
 RTOL, ATOL = 1e-4, 1e-5
-WORKING = [("torch_dynamic", "mlp_loss")]
+WORKING = [("torch_dynamic", "mlp_loss"), ("torch_dynamic", "cnn")]
 
 
 def _data(producer, name):

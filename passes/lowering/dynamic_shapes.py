@@ -32,6 +32,7 @@ import numpy as np
 
 from ..ir import hlo
 from ..ir.mlir import SHAPE_DIALECT_HOOKS, ir, shape
+from ..transforms.batching import remake
 
 ELEMENTWISE = {
     f"stablehlo.{n}" for n in (
@@ -470,6 +471,13 @@ def _compose_broadcast(op: ir.Operation) -> ir.Value | None:
     return new.result
 
 
+def _padded(op: ir.Operation) -> bool:
+    """Whether a reduce_window pads or dilates its base."""
+    rank = len(shape(op.operands[0]))
+    return any(p != (0, 0) for p in hlo.read_padding(op, "padding", rank)) or \
+        any(b != 1 for b in hlo.read_i64s(op, "base_dilations", [1] * rank))
+
+
 def _pad_reduce_window(op: ir.Operation) -> ir.Value | None:
     """A padded (or base-dilated) reduce_window over an operand with a run-time dimension, which
     IREE 3.13 refuses to legalize: the operands padded with the init values first (a
@@ -478,8 +486,7 @@ def _pad_reduce_window(op: ir.Operation) -> ir.Value | None:
     padding = hlo.read_padding(op, "padding", rank)
     base = hlo.read_i64s(op, "base_dilations", [1] * rank)
     n = len(op.results)
-    if all(p == (0, 0) for p in padding) and all(b == 1 for b in base) or \
-            all(hlo.is_static(v) for v in op.operands[:n]):
+    if not _padded(op) or all(hlo.is_static(v) for v in op.operands[:n]):
         return None
     inputs, inits = list(op.operands[:n]), list(op.operands[n:])
     if any(lo < 0 or hi < 0 for lo, hi in padding):
@@ -494,6 +501,56 @@ def _pad_reduce_window(op: ir.Operation) -> ir.Value | None:
     for old, result in zip(op.results[1:], new.results[1:]):
         old.replace_all_uses_with(result)
     return new.results[0]
+
+
+_WINDOW_ATTRS = ("window_dimensions", "window_strides", "base_dilations", "window_dilations")
+
+
+def _channels_last_window(op: ir.Operation) -> ir.Value | None:
+    """An unpadded reduce_window over a run-time dimension whose windows sit on the middle
+    dimensions of a channels-first layout (torch's NCHW pooling), which IREE 3.13 refuses to
+    legalize ("failed to legalize operation 'stablehlo.reduce_window'") while it compiles the
+    channels-last form: the operands transposed so that the trivial dimensions (window 1,
+    stride 1) are first and last, the window there, and its results transposed back."""
+    n = len(op.results)
+    if all(hlo.is_static(v) for v in op.operands[:n]):
+        return None
+    rank = len(shape(op.operands[0]))
+    values = {name: hlo.read_i64s(op, name, [1] * rank) for name in _WINDOW_ATTRS}
+    if any(p != (0, 0) for p in hlo.read_padding(op, "padding", rank)):
+        return None  # _pad_reduce_window makes it unpadded first
+    trivial = [d for d in range(rank) if values["window_dimensions"][d] == 1 and values["window_strides"][d] == 1
+               and values["base_dilations"][d] == 1]
+    windowed = [d for d in range(rank) if d not in trivial]
+    if len(trivial) < 2 or not windowed:
+        return None
+    perm = [*trivial[:-1], *windowed, trivial[-1]]
+    if perm == list(range(rank)):
+        return None
+    inputs = [hlo.transpose(x, perm) for x in op.operands[:n]]
+    attrs = {name: hlo.i64_array([v[d] for d in perm]) for name, v in values.items() if name in op.attributes}
+    types = [ir.RankedTensorType.get([shape(r)[d] for d in perm], elem_type(r)) for r in op.results]
+    new = remake(op, [*inputs, *op.operands[n:]], types, attrs)
+    back = [perm.index(d) for d in range(rank)]
+    results = [hlo.transpose(r, back) for r in new.results]
+    for old, result in zip(op.results[1:], results[1:]):
+        old.replace_all_uses_with(result)
+    return results[0]
+
+
+def _window_for_iree(op: ir.Operation) -> ir.Value | None:
+    """A reduce_window over a run-time dimension in the form IREE 3.13 compiles: unpadded
+    (:func:`_pad_reduce_window`), channels last (:func:`_channels_last_window`)."""
+    padded = _pad_reduce_window(op)
+    if padded is None:
+        return _channels_last_window(op)
+    unpadded = padded.owner
+    with ir.InsertionPoint(unpadded), unpadded.location:
+        permuted = _channels_last_window(unpadded)
+    if permuted is None:
+        return padded
+    unpadded.erase()  # its results now have no uses: the permuted window replaces it
+    return permuted
 
 
 def _arith(name: str, a: ir.Value, b: ir.Value) -> ir.Value:
@@ -534,7 +591,7 @@ def rewrite_dynamic(module: ir.Module) -> int:
         elif _dot_needs_groups(op):
             rewrite = _dot_by_groups
         elif op.name == "stablehlo.reduce_window":
-            rewrite = _pad_reduce_window
+            rewrite = _window_for_iree
         elif op.name == "stablehlo.dynamic_update_slice" and not hlo.is_static(op.operands[1]):
             rewrite = _update_by_insert
         else:
