@@ -133,7 +133,27 @@ def _grad_value(g, x: Tensor) -> ir.Value:
 
 
 def grad_pass_through(f: Callable) -> Callable:
-    """``f``'s value with an identity gradient (one output per input): TensorFlow's grad_pass_through."""
+    """``f``'s value with an identity gradient: TensorFlow's ``tf.grad_pass_through``.
+
+    The wrapped function computes ``f(*args)``, but its gradient is the upstream gradient,
+    passed unchanged to the inputs: a straight-through estimator for a step that has no useful
+    gradient (rounding, quantization, a sampled value). It is an ``ig.custom_gradient`` whose
+    gradient returns ``dy``, so it survives into exported modules. Variables read by ``f`` get
+    zero gradient.
+
+    Args:
+        f: a function of tensors returning one output per input, each of its input's shape and
+            dtype. Usable as a decorator.
+
+    Returns:
+        The wrapped function. Calling it raises ``ValueError`` when ``f``'s outputs do not match
+        its inputs in number, shape or dtype.
+
+    Example (inside ``@ig.function``)::
+
+        round_st = ig.grad_pass_through(ig.round)
+        dx = ig.gradients(ig.reduce_sum(round_st(x) * 3.0), x)    # [3.0, ...], not zeros
+    """
     @custom_gradient
     def _pass_through(*args, **kwargs):
         def grad(*dys, variables=None):

@@ -7,7 +7,18 @@ from .boundary import DTYPES
 
 
 class DType:
-    """A tensor element type (``ig.float32``...). Compares equal to its name and numpy dtype."""
+    """A tensor element type: TensorFlow's ``tf.DType`` (``ig.float32``, ``ig.int64``, ``ig.bool``...).
+
+    irgrad's dtypes are those StableHLO and IREE compile: float16, bfloat16, float32, float64,
+    int8 to int64, uint8 to uint64 and bool (TF-compat: no complex, string or quantized types).
+    A DType compares equal to another of the same name, to its name (``ig.float32 == "float32"``)
+    and to its numpy dtype (``== np.float32``), and hashes by name.
+
+    ``name``, ``as_numpy_dtype`` (bfloat16 has no numpy type: float32 stands in), ``is_floating``,
+    ``is_integer``, ``is_unsigned`` (true for bool too), ``is_bool``, ``base_dtype`` (itself),
+    ``min`` and ``max`` (of a numeric type) are TensorFlow's. ``ig.as_dtype`` makes one from a name
+    or numpy dtype.
+    """
 
     __slots__ = ("name", "_np")
 
@@ -75,7 +86,21 @@ _BY_NAME.update({"half": float16, "float": float32, "double": float64})
 
 
 def as_dtype(value) -> DType:
-    """An irgrad DType from a DType, a name ('float32'), a numpy dtype or a Python type."""
+    """The ``ig.DType`` for ``value``: TensorFlow's ``tf.as_dtype``.
+
+    Args:
+        value: a ``DType`` (returned as is); a name (``"float32"``, ``"int8"``, ``"bool"``, and
+            the aliases ``"half"``, ``"float"``, ``"double"``); a numpy dtype or scalar type
+            (``np.float64``); or a Python type: ``float`` gives float32, ``int`` int32 and ``bool``
+            bool (the dtypes TensorFlow gives Python values).
+
+    Returns:
+        The ``DType``.
+
+    Raises:
+        TypeError: a type irgrad does not have (complex, strings, objects); the message lists
+            the supported names.
+    """
     if isinstance(value, DType):
         return value
     if isinstance(value, str) and value in _BY_NAME:

@@ -19,8 +19,34 @@ from .passes.ir.mlir import context, ir
 from .tape import Recording
 
 class ForwardAccumulator:
-    """Computes Jacobian-vector products of the ops built in its ``with`` block, along
-    ``tangents`` at ``primals`` (tensors or variables, any nested structure)."""
+    """Forward-mode differentiation: TensorFlow's ``tf.autodiff.ForwardAccumulator``.
+
+    Create it inside a traced function or graph, enter it, and build the computation in its
+    ``with`` block; ``acc.jvp(y)`` then gives ``y``'s tangent, the Jacobian-vector product of
+    ``y`` along ``tangents`` at ``primals``, through the ops recorded in the block. The tangent
+    ops are ordinary graph ops: tapes and ``ig.gradients`` differentiate them
+    (reverse over forward), and an accumulator around a tape gives Hessian-vector products
+    (forward over reverse).
+
+    Args:
+        primals: tensors or variables (``ig.Variable``), any nested structure; floating-point only.
+        tangents: the direction, in the structure of ``primals``, each of its primal's shape
+            (values are converted to the primal's dtype).
+
+    Raises:
+        ValueError: ``tangents`` of another structure or shape, an integer primal, or a primal
+            given twice.
+        RuntimeError: created outside a traced function or graph.
+
+    Example (inside ``@ig.function``; forward over reverse)::
+
+        with ig.ForwardAccumulator(x, v) as acc:
+            with ig.GradientTape() as tape:
+                tape.watch(x)
+                y = ig.reduce_sum(ig.sin(x) ** 2)
+            g = tape.gradient(y, x)
+        hvp = acc.jvp(g)                      # H v, without building H
+    """
 
     def __init__(self, primals, tangents):
         graph = current_graph()

@@ -29,8 +29,17 @@ HOW_TO_TRACE = (
 
 
 class TensorShape(tuple):
-    """A shape; compares equal to lists and tuples of the same dims. A dimension known only at
-    run time (``ig.TensorSpec([None, 4])``) is ``None``, as in TensorFlow."""
+    """A tensor's shape (``t.shape``): TensorFlow's ``tf.TensorShape``, as a tuple of ints.
+
+    It compares equal to lists and tuples of the same dimensions (``x.shape == [2, 3]``) and
+    indexes, slices and unpacks as a tuple. A dimension known only at run time
+    (``ig.TensorSpec([None, 4])``) is ``None``, as in TensorFlow.
+
+    ``as_list()``, ``rank`` (also ``ndims``) and ``num_elements()`` (``None`` when a dimension is
+    unknown) are TensorFlow's. TF-compat: the rank is always known (there is no unknown shape);
+    dimensions are plain ints, not ``Dimension`` objects; ``is_fully_defined`` is a property,
+    not a method (``if x.shape.is_fully_defined:``).
+    """
 
     def as_list(self) -> list[int]:
         return list(self)
@@ -76,7 +85,14 @@ _state = _State()
 
 
 def get_default_graph() -> Graph:
-    """The graph ops are added to: the innermost ``as_default()`` or traced function."""
+    """The graph new ops are added to: TensorFlow's ``tf.compat.v1.get_default_graph``.
+
+    That is the graph of the innermost ``with graph.as_default():`` block, or the graph of the
+    function ``ig.function`` is tracing. It is per thread.
+
+    TF-compat: there is no global graph that always exists: outside both, ``RuntimeError``
+    (irgrad has no eager mode; every op call needs a graph).
+    """
     if not _state.graphs:
         raise RuntimeError(f"no default graph. {HOW_TO_TRACE}")
     return _state.graphs[-1]
@@ -99,7 +115,29 @@ def _symbol(name: str) -> str:
 
 
 class Graph:
-    """A dataflow graph under construction: one ``func.func`` in its own MLIR module."""
+    """A dataflow graph under construction: TensorFlow 1's ``tf.Graph``.
+
+    A graph *is* one ``func.func`` being built in its own MLIR module (``g.module``): every op
+    call appends a StableHLO op to it at once, located with the op's name. ``ig.function``
+    traces into a fresh graph; for TensorFlow 1 style code, build one yourself with
+    ``with ig.Graph().as_default():``, add placeholders (``ig.placeholder``) and run fetches with
+    ``ig.Session``. Gradients are built into the same graph.
+
+    Args:
+        name: the function's symbol name in the module (``"main"``).
+
+    ``as_default()`` makes it the default graph inside a ``with`` block;
+    ``gradient_override_map({"stablehlo.sine": "MyGrad"})`` makes the ops created inside use a
+    gradient registered with ``ig.RegisterGradient``.
+
+    Example::
+
+        g = ig.Graph()
+        with g.as_default():
+            x = ig.placeholder(ig.float32, [3])
+            y = ig.sin(x)
+        y.graph is g                             # True
+    """
 
     def __init__(self, name: str = "main", parent: Graph | None = None):
         """A graph; with ``parent``, a private function in the parent's module that
@@ -281,7 +319,15 @@ class Graph:
 
 
 class Operation:
-    """A graph op. ``.type`` is the StableHLO op name it lowers to."""
+    """An op of a graph (``t.op``): TensorFlow's ``tf.Operation``, over one StableHLO op.
+
+    ``type`` is the StableHLO op name (``"stablehlo.sine"``, not TensorFlow's ``"Sin"``: the
+    names ``ig.RegisterGradient`` and ``gradient_override_map`` use); ``name`` is the op's name
+    in the graph (its location); ``inputs`` and ``outputs`` are lists of ``ig.Tensor``;
+    ``get_attr(name)`` reads an attribute as a Python value (ints, lists, strings, arrays; other
+    attributes as MLIR text) and raises ``ValueError`` when there is none; ``mlir`` is the
+    underlying MLIR operation. A placeholder's or argument's ``op`` has type ``"Placeholder"``.
+    """
 
     def __init__(self, op: ir.Operation, graph: Graph):
         self._op = op
@@ -369,7 +415,20 @@ def _attr_to_python(a: ir.Attribute):
 
 
 class Tensor:
-    """A symbolic tensor: one SSA value of a graph."""
+    """A symbolic tensor: one value of a graph, TensorFlow's graph-mode ``tf.Tensor``.
+
+    irgrad has no eager mode: ops on tensors add ops to the graph and a tensor has no value
+    until the compiled function runs (``numpy()``, ``np.asarray(t)`` and ``bool(t)`` raise
+    ``TypeError``; use ``ig.cond`` or ``ig.where`` for decisions). ``shape`` (an
+    ``ig.TensorShape``, also ``get_shape()``), ``ndim``, ``dtype``, ``name`` (``"op_name:0"``)
+    and ``op`` describe it.
+
+    Operators are the ``ig`` ops: ``+ - * / // % **``, ``@`` (``ig.matmul``), comparisons
+    (``==`` and ``!=`` are elementwise, as TensorFlow 2's), ``&``, ``|`` and ``~`` (logical, on
+    bool tensors), unary ``-`` and ``abs``; indexing is ``ig.getitem``. Both operands of a binary
+    operator must have one dtype (no promotion); a Python number takes the tensor's. ``len(t)``
+    and iteration go over the leading dimension.
+    """
 
     __slots__ = ("value", "graph", "__weakref__")
     __array_priority__ = 100  # numpy defers to our operators

@@ -179,7 +179,26 @@ def emit_text(module: ir.Module | ir.Operation) -> str:
 
 
 class Function:
-    """A Python function traced per input signature, compiled with IREE and run."""
+    """A Python function traced per input signature, compiled with IREE and run: what
+    ``ig.function`` returns (TensorFlow's ``tf.function`` object).
+
+    Calling it traces ``fn`` once per signature (numpy arrays' shapes and dtypes, Python values,
+    the ``input_signature`` when given), compiles each trace for ``target`` and runs it on
+    ``device``; the arguments are those of ``ig.function``. Used on a method, the instance is a
+    static argument.
+
+    Attributes and methods: ``name`` (the module's function name), ``input_signature``,
+    ``target``, ``device``, ``compile_flags``; ``lower(*args)`` traces without compiling and
+    returns an ``ig.Lowered``; ``get_concrete_function(*args)`` returns the trace itself;
+    ``trace_count`` is the number of traces so far.
+
+    Raises:
+        TypeError: an ``input_signature`` entry that is not an ``ig.TensorSpec``, an unknown
+            compile flag, a call with the wrong number of arguments or a dtype other than the
+            signature's, or a symbolic ``ig.Tensor`` as an argument: a compiled function is called
+            with arrays, not from inside another traced function (TensorFlow would inline it).
+        ValueError: an unknown ``target``, or an argument of a shape the signature refuses.
+    """
 
     def __init__(self, fn: Callable, input_signature: Sequence[TensorSpec] | None = None,
                  target: str = "llvm-cpu", device: str | None = None, **compile_flags):
@@ -260,6 +279,8 @@ class Function:
         return key, with_specs, arrays
 
     def get_concrete_function(self, *args, **kwargs) -> ConcreteFunction:
+        """The trace for these arguments (arrays, values or TensorSpecs; none: the
+        ``input_signature``), traced now if new, not compiled."""
         if not args and not kwargs and self.input_signature is not None:
             args = tuple(self.input_signature)
         args, kwargs = self._bind(args, kwargs)
@@ -298,6 +319,7 @@ class Function:
 
     @property
     def trace_count(self) -> int:
+        """How many signatures have been traced so far (by calls and ``lower`` alike)."""
         return len(self._traces)
 
     def __get__(self, instance, owner):  # methods: bind self as a static argument
@@ -310,7 +332,21 @@ class Function:
 
 
 class Lowered:
-    """A traced function's StableHLO (``.mlir``) and a way to compile it."""
+    """One trace of an ``ig.function``, lowered to StableHLO but not compiled: what ``f.lower()``
+    returns (as ``jax.jit(f).lower()``; TensorFlow's closest is a ``ConcreteFunction``).
+
+    ``.mlir`` (also ``str(lowered)``) is the verified StableHLO module text, ``.name`` its public
+    function's name and ``.graph`` the ``ig.Graph`` it was traced into.
+    ``.compile(target=None, **flags)`` compiles it into an ``ig.Artifact``: by default for the
+    ``ig.function``'s own target and compile flags (``flags`` override them), else for
+    ``"llvm-cpu"``.
+
+    Example::
+
+        lowered = f.lower(ig.TensorSpec([3]))
+        print(lowered.mlir)                    # or: irgrad compile model.py:f
+        lowered.compile("vmvx").save("f.vmfb")
+    """
 
     def __init__(self, concrete: ConcreteFunction, function: Function | None = None):
         self.concrete = concrete

@@ -24,14 +24,28 @@ from .passes.transforms.registry import RULES, NONDIFFERENTIABLE
 
 
 class UnconnectedGradients(str, enum.Enum):
-    """What ``gradients`` returns for an ``x`` that does not affect ``ys``."""
+    """What a gradient is for a source the target does not depend on: TensorFlow's ``tf.UnconnectedGradients``.
+
+    ``NONE`` (``"none"``, the default) gives ``None``; ``ZERO`` (``"zero"``) gives zeros of the
+    source's shape and dtype. A string enum: the plain strings are accepted too. Taken by
+    ``ig.gradients``, ``GradientTape.gradient`` / ``jacobian`` / ``batch_jacobian``,
+    ``ig.jacobian`` and ``ForwardAccumulator.jvp``; any other value raises ``ValueError``.
+    Integer sources, and sources reached only through integer values, count as unconnected.
+    """
 
     NONE = "none"
     ZERO = "zero"
 
 
 class AggregationMethod:
-    """How gradient contributions to one tensor are summed (TensorFlow's integer codes)."""
+    """How the gradient contributions to one tensor are summed: TensorFlow's ``tf.AggregationMethod``.
+
+    Pass one as ``aggregation_method`` to ``ig.gradients`` or ``ig.hessians``. ``ADD_N`` (0,
+    also ``DEFAULT``; ``None`` means the same) adds the contributions in one chain;
+    ``EXPERIMENTAL_TREE`` (1) adds them pairwise as a tree; ``EXPERIMENTAL_ACCUMULATE_N`` (2) is
+    accepted and treated as ``ADD_N``. The choice changes the order of float additions, not the
+    math. Any other value raises ``ValueError``.
+    """
 
     ADD_N = 0
     DEFAULT = ADD_N
@@ -73,7 +87,34 @@ _USER_GRADIENTS: dict[str, Callable | None] = {}
 
 
 class RegisterGradient:
-    """Decorator: ``@ig.RegisterGradient("name")`` registers ``fn(op, *grads)``."""
+    """Decorator registering a gradient function under a name: TensorFlow's ``tf.RegisterGradient``.
+
+    ``fn(op, *grads)`` gets the ``ig.Operation`` (``op.inputs``, ``op.outputs``,
+    ``op.get_attr``) and one upstream gradient per output, and returns one gradient per input
+    (a tensor or value, converted to the input's dtype; a list for several; ``None`` for none).
+    irgrad's built-in StableHLO rules cannot be replaced: register a new name and route ops to it
+    with ``graph.gradient_override_map({"stablehlo.sine": "MyName"})``, as in TensorFlow.
+    Registration is global for the process.
+
+    Args:
+        op_type: the name; a StableHLO op name (``"stablehlo.all_reduce"``) applies to every op
+            of that type (one without a built-in rule).
+
+    Raises:
+        TypeError: ``op_type`` is not a string.
+        KeyError: (when decorating) the name is already registered, or is a StableHLO op that
+            irgrad already differentiates or marks non-differentiable.
+        ValueError: ``fn`` returned a wrong number of gradients (raised when it is traced).
+
+    Example (in a traced function)::
+
+        @ig.RegisterGradient("ClippedSin")
+        def _clipped_sin_grad(op, dy):
+            return ig.clip_by_value(dy * ig.cos(op.inputs[0]), -1.0, 1.0)
+
+        with ig.get_default_graph().gradient_override_map({"stablehlo.sine": "ClippedSin"}):
+            y = ig.sin(x)                       # ig.gradients(y, x) uses _clipped_sin_grad
+    """
 
     def __init__(self, op_type: str):
         if not isinstance(op_type, str):
@@ -89,7 +130,19 @@ class RegisterGradient:
 
 
 def no_gradient(op_type: str) -> None:
-    """TensorFlow's ``NotDifferentiable``: ops of ``op_type`` pass no gradient to their inputs."""
+    """Declare that ops of ``op_type`` have no gradient: TensorFlow's ``tf.no_gradient`` (``NotDifferentiable``).
+
+    Gradients then stop at these ops: their inputs get no contribution through them (``None``,
+    or zeros with ``unconnected_gradients="zero"``), instead of a ``LookupError`` for an op with
+    no rule. ``op_type`` is a StableHLO op name (``"stablehlo.all_reduce"``) or a name used in
+    ``gradient_override_map``. It takes precedence over irgrad's built-in rule for that type in
+    ``ig.gradients`` and tapes, for the whole process (``ig.stop_gradient`` marks one tensor
+    instead). ``ig.NotDifferentiable`` is the same function.
+
+    Raises:
+        TypeError: ``op_type`` is not a string.
+        KeyError: ``op_type`` already has a gradient from ``ig.RegisterGradient`` or ``no_gradient``.
+    """
     if not isinstance(op_type, str):
         raise TypeError(f"op_type must be a string, got {type(op_type).__name__}")
     if op_type in _USER_GRADIENTS:

@@ -60,7 +60,28 @@ def _backward(graph, y: Tensor, x: Tensor, name: str, allow):
 
 
 def jacobian(y, x, unconnected_gradients=UnconnectedGradients.NONE, name: str = "jacobian"):
-    """``dy/dx`` of shape ``y.shape + x.shape`` (a list when ``x`` is a list)."""
+    """The full Jacobian ``dy/dx`` without a tape: ``GradientTape.jacobian``'s result, as
+    TensorFlow's ``parallel_for.gradients.jacobian``.
+
+    Entry ``J[i..., j...]`` is ``d y[i...] / d x[j...]``. irgrad builds one backward pass seeded
+    with a one-hot row and batches it over the rows of the identity, so every row comes out of
+    one vectorized computation and the module's size does not grow with ``y``'s size; where an
+    op has no batching rule the same pass runs in a ``while`` loop over the rows.
+
+    Args:
+        y: the tensor to differentiate (any shape).
+        x: a tensor or ``ig.Variable``, or a list of them.
+        unconnected_gradients: ``"none"`` or ``"zero"`` (``ig.UnconnectedGradients``): what an
+            ``x`` that ``y`` does not depend on through floating-point values gets.
+
+    Returns:
+        A tensor of shape ``y.shape + x.shape`` (a list of them when ``x`` is a list), or ``None``
+        for an unconnected ``x`` (zeros with ``"zero"``). Integer ``y`` or ``x`` are unconnected.
+
+    Example (inside ``@ig.function``)::
+
+        J = ig.jacobian(ig.sin(x) * 2.0, x)    # x of shape [3]: J = diag(2 cos x), shape [3, 3]
+    """
     graph = current_graph()
     unconnected = unconnected_policy(unconnected_gradients)
     y = convert_to_tensor(y)
@@ -102,7 +123,28 @@ def batch_jacobian_one(y: Tensor, x: Tensor, unconnected, name: str, allow=None,
 
 
 def hessians(ys, xs, gate_gradients: bool = False, aggregation_method=None, name: str = "hessians"):
-    """For each ``x``: the Hessian of ``sum(ys)`` w.r.t. ``x``, of shape ``x.shape + x.shape``."""
+    """The Hessian of ``sum(ys)`` with respect to each ``x``: TensorFlow's ``tf.hessians``.
+
+    Computed reverse over reverse: ``ig.gradients(ys, xs)``, then the Jacobian of each gradient
+    with respect to its ``x`` (one vectorized backward pass, as ``ig.jacobian``). Only second
+    derivatives of one ``x`` with itself are built, not the cross terms between two ``xs``.
+
+    Args:
+        ys: a tensor or list of tensors; their elements are summed.
+        xs: a tensor or ``ig.Variable``, or a list of them.
+        gate_gradients: as ``ig.gradients``.
+        aggregation_method: as ``ig.gradients`` (an ``ig.AggregationMethod``).
+        name: the prefix of the ops' names in the graph.
+
+    Returns:
+        A list with one tensor of shape ``x.shape + x.shape`` per ``x`` (a list even for one
+        ``x``, as TensorFlow), ``None`` for an ``x`` the ``ys`` do not depend on. Raises as
+        ``ig.gradients`` does.
+
+    Example (inside ``@ig.function``)::
+
+        (H,) = ig.hessians(ig.reduce_sum(x ** 3), x)   # diag(6 * x)
+    """
     graph = current_graph()
     xs_list = [source_tensor(x, graph) for x in as_list(xs)]
     grads = gradients(ys, xs_list, gate_gradients=gate_gradients, aggregation_method=aggregation_method,
@@ -114,7 +156,25 @@ def hessians(ys, xs, gate_gradients: bool = False, aggregation_method=None, name
 
 
 def hessian_vector_product(ys, xs, v):
-    """``H v`` for ``H`` the Hessian of ``sum(ys)`` w.r.t. ``xs`` (TensorFlow's _hessian_vector_product)."""
+    """``H v`` for ``H`` the Hessian of ``sum(ys)`` with respect to ``xs``, without building ``H``:
+    TensorFlow's ``_hessian_vector_product``.
+
+    Reverse over reverse: the gradient of ``<ig.gradients(ys, xs), v>`` with respect to ``xs``,
+    with ``v`` held constant. It costs about two gradients, whatever the size of ``xs``.
+    (Forward over reverse, with ``ig.ForwardAccumulator``, gives the same product.)
+
+    Args:
+        ys: a tensor or list of tensors; their elements are summed.
+        xs: a tensor or list of tensors (or ``ig.Variable``).
+        v: one vector per ``x``, of its shape, converted to its dtype (a tensor or a value).
+
+    Returns:
+        A list of ``len(xs)`` tensors, each of its ``x``'s shape (``None`` for an ``x`` the
+        ``ys`` do not depend on).
+
+    Raises:
+        ValueError: ``v`` and ``xs`` have different lengths.
+    """
     xs = as_list(xs)
     v = as_list(v)
     if len(v) != len(xs):

@@ -19,8 +19,33 @@ from .passes.ir.mlir import ir
 
 
 def vectorized_map(fn: Callable, elems, fallback_to_while_loop: bool = True, warn: bool = True):
-    """``fn`` applied to every slice ``elems[i]`` (along the leading dimension of every
-    tensor in the structure ``elems``), the results stacked along a new leading dimension."""
+    """``fn`` applied to every slice ``elems[i]`` as one batched computation: TensorFlow's
+    ``tf.vectorized_map``.
+
+    ``fn`` is traced once, on one element (the structure of ``elems`` with each tensor's leading
+    dimension removed); the traced ops are then rewritten over the leading dimension by the
+    batching pass. Ops, tapes and ``ig.gradients`` inside ``fn`` are batched too, so per-example
+    gradients are one computation. An op without a batching rule makes the map a ``while`` loop
+    over the elements instead (``fallback_to_while_loop=True``, TensorFlow's default).
+
+    Args:
+        fn: a function of one element; returns a tensor or nested structure of tensors.
+        elems: a tensor or nested structure of tensors, all with the same leading dimension.
+        fallback_to_while_loop: ``False`` raises ``ValueError`` where a loop would be needed.
+        warn: accepted for TensorFlow's signature; irgrad does not warn.
+
+    Returns:
+        ``fn``'s results stacked along a new leading dimension, in ``fn``'s structure.
+
+    Raises:
+        ValueError: ``elems`` holds no tensor, a scalar, or tensors of different leading
+            dimensions; ``fn`` returned ``None``; an op cannot be batched and there is no fallback.
+
+    Example (inside ``@ig.function``; ``xs`` of shape [8, 3])::
+
+        per_example = ig.vectorized_map(
+            lambda x: ig.gradients(ig.reduce_sum(ig.tanh(x * w)), x)[0], xs)   # shape [8, 3]
+    """
     graph = current_graph()
     flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
     if not flat:

@@ -14,7 +14,31 @@ from .passes.ir.mlir import context, ir, run_pipeline, verify
 
 
 def placeholder(dtype, shape=None, name: str | None = None) -> Tensor:
-    """A graph input fed through ``Session.run(feed_dict=...)``; shapes are static."""
+    """A graph input fed through ``Session.run(feed_dict=...)``: TensorFlow 1's ``tf.compat.v1.placeholder``.
+
+    For TensorFlow 1 style programs: build ops on placeholders inside
+    ``with ig.Graph().as_default():`` and run them with an ``ig.Session``. Each placeholder is
+    an argument of the compiled subgraph; ``Session.run`` refuses to run a fetch that needs a
+    placeholder without a value in ``feed_dict``. (In ``@ig.function``, arguments play this part.)
+
+    Args:
+        dtype: an ``ig.DType`` or anything ``ig.as_dtype`` takes.
+        shape: the full static shape, a list of ints. Unlike TensorFlow, ``None`` (an unknown
+            shape) and ``None`` dimensions are refused.
+        name: the name in the graph (``"Placeholder"``).
+
+    Raises:
+        ValueError: ``shape`` is missing or not fully known.
+        RuntimeError: no default graph.
+
+    Example::
+
+        with ig.Graph().as_default():
+            x = ig.placeholder(ig.float32, [3], name="x")
+            y = ig.reduce_sum(x * x)
+            with ig.Session() as sess:
+                sess.run(y, feed_dict={x: np.ones(3, np.float32)})   # 3.0
+    """
     graph = current_graph()
     dtype = dtypes.as_dtype(dtype)
     if shape is None or any(d is None or int(d) < 0 for d in shape):
@@ -25,7 +49,24 @@ def placeholder(dtype, shape=None, name: str | None = None) -> Tensor:
 
 
 class Session:
-    """Compiles the subgraph needed by ``fetches`` (cached per fetches and feeds) and runs it."""
+    """Runs parts of a graph: TensorFlow 1's ``tf.compat.v1.Session``.
+
+    ``run(fetches, feed_dict)`` compiles the subgraph that ``fetches`` need into a module whose
+    arguments are the placeholders and variables it reads, once per combination of fetches and
+    fed placeholders (cached), and runs it. Use it as a context manager or call ``close()``.
+
+    Args:
+        target: TensorFlow's server address, ignored; a ``Graph`` given here is taken as ``graph``
+            (``ig.Session(g)``).
+        graph: the graph to run; the default graph when ``None``.
+        config: accepted for TensorFlow's signature, ignored.
+        compile_target: the IREE target (``ig.function``'s ``target``): ``"llvm-cpu"`` by default.
+        device: the IREE device to run on (``ig.function``'s ``device``).
+        **compile_flags: ``irgrad.runtime.CompileOptions`` fields, as for ``ig.function``.
+
+    Raises:
+        RuntimeError: no ``graph`` and no default graph; ``run`` on a closed session.
+    """
 
     def __init__(self, target: str = "", graph: Graph | None = None, config: Any = None, *,
                  compile_target: str = "llvm-cpu", device: str | None = None, **compile_flags):
@@ -53,6 +94,16 @@ class Session:
         self._closed = True
 
     def run(self, fetches, feed_dict: dict | None = None):
+        """Evaluate ``fetches``: a tensor, an ``ig.Operation`` or a nested structure of them.
+
+        ``feed_dict`` maps placeholders of this graph to values (checked against their dtype and
+        shape); variables read are passed their current values. Returns numpy arrays in the
+        structure of ``fetches``, ``None`` for an operation (fetching an operation runs nothing).
+        Fetching the tensor that ``v.assign(...)`` returned also updates ``v``, as TensorFlow 1's
+        assign op. Raises ``ValueError`` for a feed that is not a placeholder of this graph, a
+        fetch of another graph, or a placeholder the fetches need that has no feed;
+        ``TypeError`` for a fetch that is not a tensor or operation.
+        """
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
         graph = self.graph

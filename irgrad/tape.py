@@ -66,7 +66,31 @@ class Recording:
 
 
 class GradientTape:
-    """Records the ops built while active; ``gradient``/``jacobian`` differentiate through them."""
+    """Record the ops built in a ``with`` block to differentiate them: TensorFlow's ``tf.GradientTape``.
+
+    Use it inside a traced function (``@ig.function``) or a graph (``ig.Graph().as_default()``):
+    irgrad has no eager mode, so the tape records *which* graph ops were built while it was
+    active, and ``gradient``, ``jacobian`` and ``batch_jacobian`` build the derivative ops in the
+    same graph (ordinary tensors: return them, or differentiate them again with another tape).
+    Sources are watched tensors (``watch``), tensors computed on the tape from watched ones, and
+    the trainable variables (``ig.Variable``) read while recording.
+
+    Args:
+        persistent: allow more than one ``gradient``/``jacobian`` call; a non-persistent tape
+            raises ``RuntimeError`` on the second.
+        watch_accessed_variables: watch every trainable variable read while recording
+            (``watched_variables()`` lists them); ``False`` watches only what ``watch`` names.
+
+    TF-compat: entering the tape outside a traced function or graph raises ``RuntimeError``;
+    ``parallel_iterations`` is accepted and ignored; ``stop_recording()`` and ``reset()`` work as
+    in TensorFlow.
+
+    Example (inside ``@ig.function``)::
+
+        with ig.GradientTape() as tape:
+            loss = ig.reduce_mean((x @ w) ** 2)      # w an ig.Variable: watched when read
+        dw = tape.gradient(loss, w)
+    """
 
     def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True):
         self._persistent = persistent
@@ -125,7 +149,11 @@ class GradientTape:
             self._variables.append(variable)
 
     def watch(self, tensor) -> None:
-        """Track ``tensor`` (a tensor, a variable, or a nested structure of them)."""
+        """Track ``tensor`` (a tensor, a variable, or a nested structure of them) as a source.
+
+        A tensor of an enclosing graph is captured first. Raises ``ValueError`` for anything
+        else (a Python number or numpy array is a constant, with nothing to differentiate).
+        """
         graph = self._graph or current_graph()
         for t in nest.flatten(tensor):
             if isinstance(t, Variable):
@@ -176,7 +204,23 @@ class GradientTape:
 
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=UnconnectedGradients.NONE):
-        """d target / d sources (structure of sources), like ``tf.GradientTape.gradient``."""
+        """The gradient of ``target`` with respect to ``sources``, as ``tf.GradientTape.gradient``.
+
+        Args:
+            target: a tensor or nested structure of tensors; a structure is summed (``sum(dy/dx)``).
+            sources: a tensor, ``ig.Variable`` or nested structure of them.
+            output_gradients: seeds, one per ``target`` leaf (ones when ``None``): the result is
+                then a vector-Jacobian product.
+            unconnected_gradients: ``"none"`` (``None`` for a source the target does not depend
+                on, or that was not watched) or ``"zero"`` (zeros instead): ``ig.UnconnectedGradients``.
+
+        Returns:
+            Gradient tensors in the structure of ``sources``, each of its source's shape.
+
+        Raises:
+            RuntimeError: a second call on a non-persistent tape, or a tape that never recorded.
+            LookupError: an op on the path has no gradient (the message names its type).
+        """
         self._check_use()
         unconnected = unconnected_policy(unconnected_gradients)
         graph = self._graph
@@ -201,8 +245,14 @@ class GradientTape:
 
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
                  parallel_iterations=None, experimental_use_pfor=True):
-        """d target[i] / d source for every element i: shape target.shape + source.shape per
-        source; every row in one vectorized computation (``experimental_use_pfor``) or a loop."""
+        """The Jacobian ``d target[i] / d source`` for every element ``i`` of ``target``
+        (``tf.GradientTape.jacobian``): shape ``target.shape + source.shape``, in the structure of
+        ``sources``; ``None`` (or zeros with ``unconnected_gradients="zero"``) for an unwatched or
+        unconnected source.
+
+        Every row comes out of one vectorized backward pass (``experimental_use_pfor=True``); with
+        ``False``, or where an op has no batching rule, the same pass runs in a ``while`` loop over
+        the rows. ``parallel_iterations`` is ignored. Raises ``RuntimeError`` as ``gradient``."""
         return self._jacobians(target, sources, unconnected_gradients, experimental_use_pfor, jacobian_one,
                                lambda y, t: tuple(y.shape) + tuple(t.shape))
 

@@ -19,7 +19,37 @@ _ids = itertools.count()
 
 
 class Variable:
-    """A mutable tensor value, captured by traced functions."""
+    """Mutable state held in Python and passed to compiled functions: TensorFlow's ``tf.Variable``.
+
+    The value is a numpy array kept outside any compiled module. Read inside a traced function
+    (an operator, ``value()``, ``ig.convert_to_tensor``), a variable becomes an extra argument of
+    the module, given its current value at every call; ``assign``, ``assign_add`` and
+    ``assign_sub`` inside a traced function add a result, and the variable takes it after the
+    call. Outside a traced function, ``numpy()`` reads it and ``assign*`` update it at once.
+
+    Args:
+        initial_value: a Python or numpy value, a callable returning one, or another
+            ``ig.Variable`` (copied). A symbolic tensor raises ``TypeError``.
+        trainable: whether an ``ig.GradientTape`` watches the variable when it is read.
+        name: the name shown in the graph (``"w"`` gives ``"w:0"``); ``"Variable"`` by default.
+        dtype: an ``ig.DType`` or anything ``ig.as_dtype`` takes; by default TensorFlow's rule
+            (a Python float is float32, a numpy array keeps its dtype).
+
+    The shape is fixed (another shape raises ``ValueError``). Arithmetic, ordering comparisons,
+    ``@`` and indexing read the value; ``==`` is identity (variables key dicts), not elementwise
+    as in TensorFlow.
+
+    Example::
+
+        w = ig.Variable(np.zeros([3, 2], np.float32), name="w")
+
+        @ig.function
+        def step(x):
+            with ig.GradientTape() as tape:
+                loss = ig.reduce_mean((x @ w) ** 2)
+            w.assign_sub(0.1 * tape.gradient(loss, w))   # w holds the new value after the call
+            return loss
+    """
 
     # The operators delegate to the value (set below the class); declared here for type checkers.
     if TYPE_CHECKING:

@@ -66,7 +66,13 @@ def test_the_reference_documents_every_public_name(site, namespace):
 
 # Names whose ``help()`` must go past one line: the entry points a user meets first.
 TEACHING = {
-    "irgrad": ["function", "compile", "export", "gradients", "custom_gradient", "TensorSpec", "load"],
+    "irgrad": ["function", "compile", "export", "gradients", "custom_gradient", "TensorSpec", "load",
+               "Function", "Lowered", "GradientTape", "Variable", "jacobian", "hessians", "hessian_vector_product",
+               "vectorized_map", "ForwardAccumulator", "while_loop", "cond", "Session", "placeholder", "Graph",
+               "get_default_graph", "NotDifferentiable", "RegisterGradient", "no_gradient", "grad_pass_through",
+               "AggregationMethod", "UnconnectedGradients", "Tensor", "Operation", "TensorShape", "DType", "as_dtype",
+               "convert_to_tensor", "constant", "cast", "where", "one_hot", "matmul", "reduce_mean", "slice",
+               "getitem", "fill", "zeros", "ones", "clip_by_value", "shape"],
     "irgrad.passes": ["differentiate", "adjoint", "nondifferentiable", "composite_adjoint", "MissingAdjointError"],
     "irgrad.runtime": ["compile", "load", "Module", "CompileOptions"],
 }

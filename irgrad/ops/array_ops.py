@@ -19,7 +19,22 @@ from .core import (as_numpy, broadcast_shape, constant_tensor, convert_to_tensor
 # ----- constants -----
 
 def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
-    """A constant tensor; with ``shape``, a scalar is filled and a same-size value reshaped."""
+    """A tensor holding ``value``, embedded in the module: TensorFlow's ``tf.constant``.
+
+    Args:
+        value: a Python number, bool, nested list, or numpy array; a tensor raises
+            ``TypeError`` (``ig.identity`` copies one).
+        dtype: the dtype; ``None`` gives TensorFlow's for ``value`` (a Python float is float32,
+            an int int32, a numpy array keeps its own). A value the dtype cannot hold without
+            losing it (``1.5`` as int32) raises ``TypeError``.
+        shape: the result's shape: a one-element ``value`` is repeated to fill it, one with as
+            many elements is reshaped to it, anything else raises ``TypeError``.
+        name: the op's name in the graph.
+
+    Gradient: none (a constant).
+
+    Example: ``ig.constant(0.5, shape=[2, 3])``, ``ig.constant([[1, 2], [3, 4]], ig.int64)``.
+    """
     dtype = dtypes.as_dtype(dtype) if dtype is not None else None
     if isinstance(value, Tensor):
         raise TypeError("ig.constant takes a Python or numpy value; use ig.identity for a tensor")
@@ -36,18 +51,36 @@ def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
 
 
 def fill(dims, value, name="Fill") -> Tensor:
-    """A tensor of shape ``dims`` with every element ``value`` (``tf.fill``); the dtype is ``value``'s."""
+    """A tensor of shape ``dims`` with every element ``value``: TensorFlow's ``tf.fill``.
+
+    The dtype is ``value``'s (a Python float gives float32, an int int32, a numpy scalar its
+    own). ``dims`` is a list of Python ints (irgrad's ``fill`` is a constant: a shape tensor, as
+    TensorFlow takes, is not supported) and ``value`` a Python or numpy scalar. For a shape of
+    another tensor, use ``ig.ones_like(t) * value``.
+
+    Gradient: none (a constant).
+    """
     value_arr, dt = as_numpy(value, None)
     return constant(value_arr, dt, shape=dims, name=name)
 
 
 def zeros(shape, dtype=dtypes.float32, name="zeros") -> Tensor:
-    """A tensor of ``shape`` filled with 0 (``tf.zeros``), of ``dtype`` (default float32)."""
+    """A tensor of ``shape`` filled with 0: TensorFlow's ``tf.zeros``.
+
+    ``shape`` is a Python int or a list of ints (a tensor raises ``TypeError``, a negative size
+    ``ValueError``); ``dtype`` is float32 by default. For the shape of another tensor, including
+    one known only at run time, use ``ig.zeros_like``.
+    """
     return constant(0, dtypes.as_dtype(dtype), shape=_static_shape(shape), name=name)
 
 
 def ones(shape, dtype=dtypes.float32, name="ones") -> Tensor:
-    """A tensor of ``shape`` filled with 1 (``tf.ones``), of ``dtype`` (default float32)."""
+    """A tensor of ``shape`` filled with 1: TensorFlow's ``tf.ones``.
+
+    ``shape`` is a Python int or a list of ints (a tensor raises ``TypeError``, a negative size
+    ``ValueError``); ``dtype`` is float32 by default. For the shape of another tensor, including
+    one known only at run time, use ``ig.ones_like``.
+    """
     return constant(1, dtypes.as_dtype(dtype), shape=_static_shape(shape), name=name)
 
 
@@ -275,7 +308,26 @@ def unstack(value, num=None, axis=0, name="unstack") -> list[Tensor]:
 # ----- slicing -----
 
 def slice(input_, begin, size, name=None) -> Tensor:  # noqa: A001
-    """``tf.slice``: ``size[i] == -1`` takes everything from ``begin[i]``."""
+    """The block of ``input_`` starting at ``begin`` of extent ``size``: TensorFlow's ``tf.slice``.
+
+    ``input_`` is a tensor of static shape.
+
+    Args:
+        begin: one Python int per dimension, the first index taken.
+        size: one Python int per dimension, the number taken; ``-1`` takes everything from
+            ``begin[i]`` to the end.
+        name: the op's name in the graph (``"Slice"``).
+
+    Returns:
+        A tensor of shape ``size`` (with each ``-1`` resolved), one ``stablehlo.slice``.
+
+    Raises:
+        ValueError: ``begin`` or ``size`` of the wrong length, or a block outside the tensor.
+
+    TF-compat: ``begin`` and ``size`` must be static (tensors are refused); for an offset known
+    only at run time use ``ig.gather``. Gradient: ``ct`` padded with zeros back to the input's
+    shape.
+    """
     x = convert_to_tensor(input_)
     begin = [int(b) for b in begin]
     size = [int(s) for s in size]
@@ -291,7 +343,24 @@ def slice(input_, begin, size, name=None) -> Tensor:  # noqa: A001
 
 
 def getitem(x: Tensor, key) -> Tensor:
-    """Python indexing with ints, slices (any step), ``None``/newaxis and ``Ellipsis``."""
+    """``x[key]``: Python indexing of a tensor, as TensorFlow's ``Tensor.__getitem__`` (strided slices).
+
+    ``key`` holds ints (negative count from the end; each removes its dimension), slices with
+    any step (negative steps included), ``None`` / ``ig.newaxis`` (a new dimension of size 1)
+    and at most one ``...``; missing trailing dimensions are taken whole. A lone integer tensor,
+    numpy array or list is a gather along the first axis (``ig.gather(x, key)``: out-of-range
+    indices are clamped, not an error). Indexing needs ``x``'s static shape.
+
+    Raises:
+        ValueError: an int out of range, more indices than dimensions, or two ``...``.
+        TypeError: an index tensor mixed with other indices (use ``ig.gather``), or an index of
+            another kind (floats; bool masks, whose result shape depends on the data).
+
+    Gradient: ``ct`` put back in place in zeros of ``x``'s shape (a gather's: scatter-added, so
+    repeated indices sum).
+
+    Example: ``x[0]``, ``x[:, ::-1]``, ``x[..., 1:3, ig.newaxis]``, ``x[indices]``.
+    """
     if not isinstance(key, tuple):
         key = (key,)
     if len(key) == 1 and (isinstance(key[0], (Tensor, np.ndarray, list)) or hasattr(key[0], "_as_graph_tensor")):
@@ -372,7 +441,28 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
 
 
 def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None) -> Tensor:
-    """A one-hot encoding of integer ``indices`` with a new dimension of size ``depth`` at ``axis``."""
+    """A one-hot encoding of integer ``indices``: TensorFlow's ``tf.one_hot``.
+
+    The result has ``indices``' shape with a new dimension of size ``depth`` inserted at
+    ``axis``; an entry is ``on_value`` where its position along that dimension equals the index,
+    ``off_value`` elsewhere. An index outside ``[0, depth)`` gives all ``off_value``, as in
+    TensorFlow.
+
+    Args:
+        indices: an integer tensor or value (``TypeError`` otherwise).
+        depth: a Python int.
+        on_value: the value for a hit (1 by default).
+        off_value: the value elsewhere (0 by default).
+        axis: where the new dimension goes; ``-1`` (the default) appends it. Out of range for
+            the result's rank raises ``ValueError``.
+        dtype: the result's dtype: by default ``on_value``'s, else float32.
+        name: the op's name in the graph.
+
+    Not differentiable (as TensorFlow's ``OneHot``): no gradient reaches ``on_value`` or
+    ``off_value``.
+
+    Example: ``ig.one_hot(labels, 10)`` is ``[batch, 10]`` float32 for int ``labels`` of shape ``[batch]``.
+    """
     idx = convert_to_tensor(indices)
     if not idx.dtype.is_integer:
         raise TypeError(f"one_hot: indices must be integers, got {idx.dtype.name}")
@@ -431,7 +521,13 @@ def _type_key(t: ir.Type) -> str:
 
 
 def shape(input, out_type=dtypes.int32, name=None) -> Tensor:  # noqa: A002
-    """The static shape as an int tensor (shapes are always static in irgrad)."""
+    """``input``'s shape as a 1-D integer tensor: TensorFlow's ``tf.shape``.
+
+    irgrad reads the shape when tracing, so the result is a constant of ``out_type`` (int32 by
+    default, or int64). It needs a fully static shape; ``input.shape`` (an ``ig.TensorShape``)
+    gives the same as Python ints. TF-compat: ``tf.shape`` reads the shape at run time, which
+    irgrad's ``shape`` does not, so it cannot stand for a dimension known only at run time.
+    """
     x = convert_to_tensor(input)
     return constant(np.array(x.shape, dtype=dtypes.as_dtype(out_type).as_numpy_dtype), out_type,
                     name=name or "Shape")

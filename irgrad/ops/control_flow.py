@@ -68,7 +68,31 @@ def _move_block(old: ir.Block, new: ir.Block, replacements: dict[ir.Value, ir.Va
 
 
 def cond(pred, true_fn: Callable, false_fn: Callable, name: str | None = None):
-    """``true_fn()`` if ``pred`` else ``false_fn()``; both must return the same structure."""
+    """``true_fn()`` if ``pred`` else ``false_fn()``, decided when the function runs: TensorFlow's ``tf.cond``.
+
+    Both branches are traced once (their Python code runs at trace time, whatever ``pred``
+    will be) into one ``stablehlo.case``; only the branch taken runs. A branch may use any
+    tensor of the enclosing function. Gradients flow through the branch taken.
+
+    Args:
+        pred: a scalar bool tensor; a Python ``bool`` traces only the branch it picks.
+        true_fn: a function of no arguments returning a tensor or nested structure of tensors.
+        false_fn: the same, returning the same structure, dtypes and shapes.
+        name: the op's name in the graph (``"cond"``).
+
+    Returns:
+        The taken branch's results, in ``true_fn``'s structure.
+
+    Raises:
+        TypeError: ``pred`` is not a scalar bool, or an output's dtype differs between branches.
+        ValueError: the branches return different numbers of outputs or shapes (irgrad's shapes
+            are static, unlike TensorFlow's, where the result's shape may be less specific), or
+            ``None``.
+
+    Example (inside ``@ig.function``)::
+
+        y = ig.cond(ig.reduce_sum(x) > 0.0, lambda: x * 2.0, lambda: -x)
+    """
     if isinstance(pred, bool):  # a static condition: trace only the branch taken
         return true_fn() if pred else false_fn()
     graph = current_graph()
@@ -99,7 +123,35 @@ def cond(pred, true_fn: Callable, false_fn: Callable, name: str | None = None):
 
 def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None, parallel_iterations=10,
                back_prop=True, swap_memory=False, maximum_iterations=None, name: str | None = None):
-    """Repeat ``body`` while ``cond`` holds; returns the final ``loop_vars`` (TensorFlow's while_loop)."""
+    """Repeat ``body`` while ``cond`` holds, decided when the function runs: TensorFlow's ``tf.while_loop``.
+
+    ``cond`` and ``body`` are traced once into a ``stablehlo.while``; both are called with the
+    loop variables as separate arguments (``cond(*loop_vars)``), or with the one variable when
+    ``loop_vars`` is not a list or tuple. Tensors of the enclosing function used inside become
+    extra carried values. Reverse mode differentiates through the loop, whatever decides its
+    trip count (see the gradients guide).
+
+    Args:
+        cond: returns a scalar bool tensor.
+        body: returns new loop variables, of the structure, dtypes and shapes of ``loop_vars``.
+        loop_vars: a tensor, a Python or numpy value, or a list or tuple (possibly nested) of them.
+        maximum_iterations: run at most this many iterations: the loop then runs exactly that
+            many, each a no-op once ``cond`` fails (TensorFlow's values, a static trip count).
+        name: the op's name in the graph (``"while"``).
+
+    ``shape_invariants``, ``parallel_iterations``, ``back_prop`` and ``swap_memory`` are accepted
+    and ignored: loop variables cannot change shape, and gradients always flow.
+
+    Returns:
+        The final loop variables, in the structure of ``loop_vars``.
+
+    Raises:
+        TypeError: ``cond`` returns something other than a scalar bool, or ``body`` changes a
+            dtype.
+        ValueError: ``body`` changes a shape or the number of variables, or returns ``None``.
+
+    Example: ``i, total = ig.while_loop(lambda i, s: i < 10, lambda i, s: (i + 1, s + x), [0, x])``.
+    """
     graph = current_graph()
     name = graph.unique_name(name or "while")
     single = not isinstance(loop_vars, (list, tuple))

@@ -47,7 +47,25 @@ def constant_tensor(value, dtype: dtypes.DType | None = None, name: str = "Const
 
 
 def convert_to_tensor(value, dtype=None, name: str = "Const") -> Tensor:
-    """A Tensor from a Tensor, Variable, Python value, numpy array or list of tensors."""
+    """``value`` as an ``ig.Tensor`` of the current graph: TensorFlow's ``tf.convert_to_tensor``.
+
+    A tensor is returned as is (one of an enclosing graph is captured); an ``ig.Variable`` is
+    read (in a traced function: its module argument); a list or tuple holding tensors is
+    stacked (``ig.stack``); any other Python or numpy value becomes a constant, of TensorFlow's
+    dtype for it when ``dtype`` is ``None``: a Python float is float32, an int int32 (int64 when
+    it does not fit), a bool bool, and a numpy array keeps its dtype.
+
+    Args:
+        value: a tensor, variable, Python number, bool, nested list, or numpy array.
+        dtype: the dtype wanted (anything ``ig.as_dtype`` takes), or ``None``.
+        name: the constant's name in the graph.
+
+    Raises:
+        ValueError: a tensor or variable of another ``dtype``: no cast is made (``ig.cast`` does).
+        TypeError: a value that cannot be a tensor (a string, an object), or that ``dtype`` cannot
+            hold without losing it (``1.5`` as int32, ``300`` as int8).
+        RuntimeError: no default graph (outside ``ig.function`` and ``Graph.as_default()``).
+    """
     dtype = dtypes.as_dtype(dtype) if dtype is not None else None
     graph = current_graph()
     if isinstance(value, Tensor):

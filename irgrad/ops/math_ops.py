@@ -325,7 +325,29 @@ def logical_not(x, name=None) -> Tensor:
 
 
 def where(condition, x=None, y=None, name=None) -> Tensor:
-    """Elementwise select with numpy broadcasting of all three operands."""
+    """Elementwise ``x`` where ``condition`` holds, ``y`` elsewhere: TensorFlow 2's ``tf.where``.
+
+    The three operands broadcast together like numpy (TensorFlow 2's rule, not TensorFlow 1's
+    row selection); one ``stablehlo.select``.
+
+    Args:
+        condition: a bool tensor (``TypeError`` otherwise).
+        x: the values where ``condition`` is true.
+        y: the values elsewhere; of ``x``'s dtype (no promotion: ``TypeError``), a Python number
+            taking the other's dtype.
+        name: the op's name in the graph.
+
+    Raises:
+        ValueError: ``x`` or ``y`` omitted (``tf.where(condition)`` returns the coordinates of
+            the true elements, a shape that depends on the data, which irgrad's static shapes
+            cannot express), or shapes that do not broadcast.
+
+    Gradient: ``ct`` to ``x`` where ``condition`` holds and to ``y`` elsewhere, zeros in the other
+    places. An inf in the unselected branch's own gradient (``ig.sqrt``'s at 0) still gives NaN
+    through ``0 * inf``: guard that branch's input, as in TensorFlow.
+
+    Example: ``ig.where(x > 0.0, x, 0.01 * x)``.
+    """
     name = name or "where"
     if x is None or y is None:
         raise ValueError("where(condition) without x and y returns data-dependent shapes, which "
@@ -343,7 +365,21 @@ def where(condition, x=None, y=None, name=None) -> Tensor:
 # ----- conversion -----
 
 def cast(x, dtype, name=None) -> Tensor:
-    """Convert to ``dtype`` (float -> int truncates toward zero; -> bool is x != 0)."""
+    """``x`` converted elementwise to ``dtype``: TensorFlow's ``tf.cast``.
+
+    Float to integer truncates toward zero; any type to bool is ``x != 0``; float to a narrower
+    float rounds. ``x`` already of ``dtype`` is returned as is (no op). One
+    ``stablehlo.convert``. irgrad never promotes dtypes, so ``cast`` is how two operands of
+    different dtypes are combined.
+
+    Args:
+        x: a tensor, variable or value.
+        dtype: the target dtype (an ``ig.DType`` or anything ``ig.as_dtype`` takes).
+        name: the op's name in the graph.
+
+    Gradient: ``ct`` cast back to ``x``'s dtype between float types; none when ``x`` or the
+    result is an integer or bool.
+    """
     dtype = dtypes.as_dtype(dtype)
     x = convert_to_tensor(x)
     if x.dtype == dtype:
@@ -361,7 +397,17 @@ def identity(x, name=None) -> Tensor:
 
 
 def clip_by_value(t, clip_value_min, clip_value_max, name=None) -> Tensor:
-    """min(max(t, lo), hi) as one stablehlo.clamp (TensorFlow's gradient convention)."""
+    """``min(max(t, clip_value_min), clip_value_max)`` elementwise: TensorFlow's ``tf.clip_by_value``.
+
+    One ``stablehlo.clamp``. The bounds are converted to ``t``'s dtype and may be scalars or
+    tensors that broadcast to ``t``'s shape; a bound that would enlarge the result's shape raises
+    ``ValueError``.
+
+    Gradient (TensorFlow's convention): ``ct`` goes to ``t`` where
+    ``clip_value_min <= t <= clip_value_max``, and to the bound that applied elsewhere.
+
+    Example: ``ig.clip_by_value(grad, -1.0, 1.0)``.
+    """
     name = name or "clip_by_value"
     t = convert_to_tensor(t)
     lo = convert_to_tensor(clip_value_min, t.dtype)

@@ -78,7 +78,22 @@ def reduce_all(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
 
 
 def reduce_mean(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
-    """Sum divided by the count (integer tensors use integer division, as TensorFlow)."""
+    """The mean over ``axis``: TensorFlow's ``tf.reduce_mean``.
+
+    Args:
+        input_tensor: a numeric tensor (bool raises ``TypeError``).
+        axis: an int, a list of ints (negative count from the end), or ``None``: every
+            dimension. Python ints only (a tensor raises ``TypeError``).
+        keepdims: keep each reduced dimension with size 1.
+        name: the op's name in the graph.
+
+    Returns:
+        The sum divided by the number of elements reduced, of ``input_tensor``'s dtype: integer
+        tensors use integer division, as in TensorFlow. A dimension known only at run time is
+        counted at run time.
+
+    Gradient: ``ct`` divided by the count, broadcast back over the reduced dimensions.
+    """
     x = convert_to_tensor(input_tensor)
     axes = normalize_axes(axis, x.ndim, "Mean")
     total = reduce_sum(x, axes, keepdims, name=name or "Mean")
@@ -97,7 +112,28 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None) -> Tensor:
 
 def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
            name=None) -> Tensor:
-    """Matrix product of the last two dims; leading (batch) dims broadcast like numpy."""
+    """The matrix product of the last two dimensions of ``a`` and ``b``: TensorFlow's ``tf.linalg.matmul``.
+
+    Leading (batch) dimensions broadcast like numpy, so ``[5, 2, 3] @ [3, 4]`` is ``[5, 2, 4]``;
+    ``a @ b`` is the same op. One ``stablehlo.dot_general``.
+
+    Args:
+        a: a numeric tensor of rank >= 2.
+        b: the same, of ``a``'s dtype (a Python value takes ``a``'s).
+        transpose_a: multiply by ``a``'s transpose (of its last two dimensions).
+        transpose_b: the same for ``b``.
+        adjoint_a: the same as ``transpose_a`` (irgrad has no complex dtypes).
+        adjoint_b: the same as ``transpose_b``.
+        name: the op's name in the graph.
+
+    Raises:
+        ValueError: an operand of rank < 2 (TensorFlow's rule too; use ``ig.einsum`` or
+            ``ig.reduce_sum(a * b, -1)`` for vectors), inner dimensions that differ, or batch
+            dimensions that do not broadcast.
+        TypeError: operands of different dtypes (no promotion: ``ig.cast``), or bool.
+
+    Gradient: ``ct @ b^T`` and ``a^T @ ct``, summed over broadcast batch dimensions.
+    """
     name = name or "MatMul"
     a, b = convert_pair(a, b, name)
     require(a, name, numeric=True)
