@@ -107,10 +107,19 @@ def _scalar(v: ir.Value) -> Hashable:
         if values is not None and len(values) == 1:
             return ("const", values[0])
         op = _producer(v)
+        if op is not None and op.name == "tensor.extract" and len(op.operands) == 2:
+            at = _constant_ints(op.operands[1])  # element j of a 1-D shape (TF's bridge)
+            if at is not None and len(shape(op.operands[0])) == 1:
+                return _element(op.operands[0], at[0])
         if op is not None and op.name in ("stablehlo.reshape", "stablehlo.convert", "arith.index_cast",
                                           "tensor.extract") and len(op.operands) >= 1:
             v = op.operands[0]
             continue
+        if op is not None and op.name == "arith.muli":  # 1 * n (TF's bridge counts elements so)
+            ones = [k for k, x in enumerate(op.operands) if _constant_ints(x) == [1]]
+            if ones:
+                v = op.operands[1 - ones[0]]
+                continue
         if op is not None and op.name == "tensor.dim":
             d = _constant_ints(op.operands[1])
             if d is not None and isinstance(op.operands[0].type, ir.RankedTensorType):
@@ -155,6 +164,12 @@ def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Ope
         if name in ("stablehlo.convert",) and not shape(out):
             classes.union(("int", out), _scalar(op.operands[0]))
         return
+    if name == "arith.select" and not ranked:
+        # select(n == 1, m, n), TF's broadcast of two extents: both in one class, so is the result.
+        on_true, on_false = _scalar(op.operands[1]), _scalar(op.operands[2])
+        if classes.find(on_true) == classes.find(on_false):
+            classes.union(("int", op.results[0]), on_true)
+        return
     if not ranked:
         return
     if name == "stablehlo.get_dimension_size":
@@ -181,6 +196,15 @@ def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Ope
             for j, d in enumerate(kept):
                 classes.union(_dim(op.operands[k], d), _dim(op.results[k], j))
                 classes.union(_dim(op.operands[0], d), _dim(op.operands[k], d))
+    elif name == "tensor.expand_shape":
+        out = op.results[0]
+        sizes = iter(op.operands[1:])  # one per dynamic dimension of the result, in order
+        for j, n in enumerate(shape(out)):
+            if n == DYNAMIC:
+                classes.union(_dim(out, j), _scalar(next(sizes)))
+        _grouped(classes, op.operands[0], out, op)
+    elif name == "tensor.collapse_shape":
+        _grouped(classes, op.results[0], op.operands[0], op)
     elif name == "stablehlo.transpose":
         for j, d in enumerate(hlo.read_i64_array(op, "permutation")):
             classes.union(_dim(op.operands[0], d), _dim(op.results[0], j))
@@ -232,6 +256,16 @@ def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Ope
             if terminator.name == "func.return":
                 for r, v in zip(op.results, terminator.operands):
                     _same(classes, r, v)
+
+
+def _grouped(classes: _Classes, small: ir.Value, big: ir.Value, op: ir.Operation) -> None:
+    """A ``tensor.expand_shape`` / ``collapse_shape``: dimension k of ``small`` is the product of
+    group k of ``big``; where the rest of a group is static 1, the two are one size."""
+    for k, group in enumerate(ir.ArrayAttr(op.attributes["reassociation"])):
+        dims = [ir.IntegerAttr(d).value for d in group]
+        rest = [d for d in dims if shape(big)[d] != 1]
+        if len(rest) == 1:
+            classes.union(_dim(small, k), _dim(big, rest[0]))
 
 
 def _same(classes: _Classes, a: ir.Value, b: ir.Value) -> None:
@@ -445,7 +479,10 @@ def _dot_needs_groups(op: ir.Operation) -> bool:
         fixed = batch + contract
         free = [d for d in range(len(shape(v))) if d not in fixed]
         for group in (free, contract):
-            if len(group) > 1 and any(shape(v)[d] == DYNAMIC for d in group):
+            # IREE flattens several free or contracting dimensions with a dynamic_reshape
+            # whenever either operand has a run-time size anywhere (TF's einsum "bhwc,hwcd->bd"
+            # and its adjoint, whose static side holds three free dimensions).
+            if len(group) > 1:
                 return True
     return False
 

@@ -241,6 +241,11 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
             op.results[0].replace_all_uses_with(replacement)
             op.erase()
             done += 1
+    if dynamic and done:
+        # The lowerings above (einsum's reshapes and contractions, among others) may have written
+        # forms over run-time sizes that IREE refuses: those get the same rewrites.
+        with module.context:
+            done += annotate_nonexpanding(module) + rewrite_dynamic(module)
     return done
 
 
