@@ -29,11 +29,34 @@ IRParseError = IRError
 
 
 class ArtifactError(ValueError):
-    """The bytes or file are not a usable IREE artifact for this runtime."""
+    """The bytes or file are not a usable IREE artifact for this runtime (a ``ValueError``).
+
+    Raised by ``irgrad.load`` / ``irgrad.runtime.load`` and the CLI's ``run``/``inspect``, before
+    anything runs, when the file is not a ``.vmfb``, is truncated, or its seal or checksums do
+    not match (damaged in transit); when its metadata sidecar is not valid JSON; or when it
+    was built by another IREE release (artifacts only load in the release that built them: the
+    message says which built it, and to recompile). The message is one line naming the file.
+
+    Example::
+
+        try:
+            module = ig.load("model.vmfb")
+        except ig.ArtifactError as error:
+            print(error)          # "model.vmfb: not a valid IREE artifact (.vmfb): digest mismatch"
+    """
 
 
 class DeviceError(RuntimeError):
-    """A runtime device is not present, cannot be created, or cannot run the artifact."""
+    """A runtime device is not present, cannot be created, or cannot run the artifact (a
+    ``RuntimeError``).
+
+    Raised by ``irgrad.load(..., device=...)`` and ``Module`` for an unknown driver name (the
+    message lists the known ones), a driver this machine cannot create (``"cuda"`` without a
+    GPU: the message lists the usable drivers), or an artifact compiled for another target
+    (a CUDA artifact on ``local-task``: the message says which target built it); and by
+    ``irgrad profile`` when IREE's benchmark tool fails. ``irgrad.runtime.available_drivers()``
+    tells which devices are usable before loading.
+    """
 
 
 def iree_message(error: BaseException) -> str:

@@ -72,9 +72,9 @@ TEACHING = {
                "get_default_graph", "NotDifferentiable", "RegisterGradient", "no_gradient", "grad_pass_through",
                "AggregationMethod", "UnconnectedGradients", "Tensor", "Operation", "TensorShape", "DType", "as_dtype",
                "convert_to_tensor", "constant", "cast", "where", "one_hot", "matmul", "reduce_mean", "slice",
-               "getitem", "fill", "zeros", "ones", "clip_by_value", "shape"],
+               "getitem", "fill", "zeros", "ones", "clip_by_value", "shape", "ArtifactError", "DeviceError"],
     "irgrad.passes": ["differentiate", "adjoint", "nondifferentiable", "composite_adjoint", "MissingAdjointError"],
-    "irgrad.runtime": ["compile", "load", "Module", "CompileOptions"],
+    "irgrad.runtime": ["compile", "load", "Module", "CompileOptions", "ArtifactError", "DeviceError"],
 }
 # Public names still without a docstring (the reference shows their signature and group): this
 # list may only shrink.
