@@ -701,7 +701,8 @@ def test_loading_a_system_linked_artifact_leaves_nothing_in_tmpdir(tmp_path):
 
 def test_the_default_cpu_device_follows_the_work():
     """Little work runs on local-sync (no worker wake-ups per call), much on local-task's threads;
-    an artifact whose work is unknown (run-time shapes, or built elsewhere) keeps local-task."""
+    a run-time dimension counts as RUN_TIME_SIZE; an artifact whose work is unknown (built
+    before irgrad recorded it) keeps local-task."""
     small = rt.compile(MLIR_F32)
     assert 0 < small.metadata["work"] <= rt.loader.SYNC_WORK
     assert rt.load(small.vmfb).device == "local-sync"
@@ -725,6 +726,13 @@ func.func @mm(%a: tensor<512x512xf32>) -> tensor<512x512xf32> {
                                      "kernels": 1000}) == "local-task"
     assert rt.loader.default_driver({"target": "llvm-cpu", "work": work}) == "local-task"  # built before "kernels"
     assert rt.loader.default_driver({"target": "llvm-cpu", "work": None}) == "local-task"
+    dynamic = rt.compile("""
+func.func @f(%a: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %r = stablehlo.tanh %a : tensor<?x8xf32>
+  return %r : tensor<?x8xf32>
+}""")
+    assert dynamic.metadata["work"] == rt.compiler.RUN_TIME_SIZE * 8
+    assert rt.load(dynamic.vmfb).device == "local-sync"
     assert rt.loader.default_driver({"target": "vmvx", "work": 1.0}) == "local-task"
     assert rt.load(small.vmfb, device="local-task").device == "local-task"  # an explicit choice stands
 
