@@ -84,10 +84,46 @@ class SmallCNN(nn.Module):
         return torch.tanh(self.fc(h.flatten(1)))
 
 
+class Attention(nn.Module):
+    """One head of self-attention over a sequence of 5 (d 8): q, k, v projections, softmax of the
+    scaled scores, output projection, mean over the sequence, tanh."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) / 8 ** 0.5
+        return torch.tanh(self.o(torch.softmax(scores, dim=-1) @ self.v(x)).mean(1))
+
+
+class LSTM(nn.Module):
+    """An LSTM cell over a 4-step sequence (input 3, hidden 5) written as PyTorch users write one
+    by hand: a Python loop, so torch-mlir exports the steps unrolled. Returns the last hidden state
+    and the sum of the hidden states."""
+
+    def __init__(self):
+        super().__init__()
+        self.x = nn.Linear(3, 20)
+        self.h = nn.Linear(5, 20, bias=False)
+
+    def forward(self, xs):
+        h = c = torch.zeros(xs.shape[0], 5)
+        total = torch.zeros(xs.shape[0], 5)
+        for t in range(xs.shape[1]):
+            i, f, g, o = (self.x(xs[:, t]) + self.h(h)).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            total = total + h
+        return h, total
+
+
 # name: (model class, [(per-example shape, kind)]); kind "x" normal inputs, "onehot" labels.
 FIXTURES = {
     "mlp_loss": (MLPLoss, [((4,), "x")]),
     "cnn": (SmallCNN, [((2, 6, 6), "x")]),
+    "attention": (Attention, [((5, 8), "x")]),
+    "lstm": (LSTM, [((4, 3), "x")]),
 }
 
 

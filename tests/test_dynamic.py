@@ -259,6 +259,45 @@ def test_channels_first_pooling_over_a_run_time_batch(padding):
         np.testing.assert_array_equal(module["main_grad"](x), grad[:, :, lo:hi, lo:hi])
 
 
+def test_real_dynamic_slice_adjoint_over_a_run_time_batch():
+    """x[:, 1:4:2] over a '?' batch (torch-mlir's slicing): the adjoint pads the cotangent back
+    with zeros; a slice that does not take the run-time dimension whole refuses in one line."""
+    sliced = """func.func @main(%x: tensor<?x5xf32>, %w: tensor<2xf32>) -> tensor<f32> {
+      %d = "stablehlo.get_dimension_size"(%x) {dimension = 0 : i64} : (tensor<?x5xf32>) -> tensor<i32>
+      %n = stablehlo.reshape %d : (tensor<i32>) -> tensor<1xi32>
+      %four = stablehlo.constant dense<4> : tensor<1xi32>
+      %limit = stablehlo.concatenate %n, %four, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+      %start = stablehlo.constant dense<[0, 1]> : tensor<2xi32>
+      %step = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+      %s = stablehlo.real_dynamic_slice %x, %start, %limit, %step : (tensor<?x5xf32>, tensor<2xi32>,
+           tensor<2xi32>, tensor<2xi32>) -> tensor<?x2xf32>
+      %t = stablehlo.tanh %s : tensor<?x2xf32>
+      %wb = stablehlo.dynamic_broadcast_in_dim %w, %limit, dims = [1] : (tensor<2xf32>, tensor<2xi32>) -> tensor<?x2xf32>
+      %p = stablehlo.multiply %t, %wb : tensor<?x2xf32>
+      %zero = stablehlo.constant dense<0.0> : tensor<f32>
+      %r = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<?x2xf32>,
+           tensor<f32>) -> tensor<f32>
+      return %r : tensor<f32>
+    }"""
+    module = _compiled_text(sliced)
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal(2).astype(np.float32)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 5)).astype(np.float32)
+        dx, dw = module["main_grad"](x, w)
+        want = np.zeros_like(x)
+        want[:, 1:4:2] = (1 - np.tanh(x[:, 1:4:2]) ** 2) * w
+        np.testing.assert_allclose(dx, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(dw, np.tanh(x[:, 1:4:2]).sum(0), rtol=1e-5, atol=1e-6)
+    part = sliced.replace("%start = stablehlo.constant dense<[0, 1]>", "%start = stablehlo.constant dense<[1, 1]>")
+    part = part.replace("-> tensor<?x2xf32>\n      %t", "-> tensor<?x2xf32> loc(\"crop.py\":7:1)\n      %t")
+    with pytest.raises(LookupError) as info:
+        passes.differentiate(part, "main")
+    message = str(info.value)
+    assert "\n" not in message and "real_dynamic_slice" in message and "dimension 0" in message
+    assert "crop.py\":7" in message
+
+
 def test_portable_artifact_differentiates():
     """``.mlir_module_serialized`` (versioned StableHLO bytecode) works as the text does."""
     data = _data("mlp")

@@ -5,8 +5,9 @@ batch is ``?``, with PyTorch's own outputs and ``torch.autograd`` gradients at b
 32. torch-mlir writes implicit broadcasting with the ``shape`` dialect (``shape.shape_of``,
 ``shape.broadcast``, ``shape.assuming``), which irgrad lowers on parsing
 (``passes/lowering/dynamic_shapes.py: lower_shape_dialect``). Each module is differentiated and compiled
-once; that one artifact must match PyTorch at every batch size (the MLP loss, and the CNN whose
-NCHW max pool irgrad runs channels last). ``fixtures/tf_dynamic`` (``dev/make_tf_dynamic_fixtures.py``,
+once; that one artifact must match PyTorch at every batch size (the MLP loss, the CNN whose NCHW
+max pool irgrad runs channels last, self-attention, and an LSTM cell over four steps written as a
+Python loop, which torch-mlir exports unrolled, its x[:, t] a ``real_dynamic_slice``). ``fixtures/tf_dynamic`` (``dev/make_tf_dynamic_fixtures.py``,
 TF's MLIR bridge: the shape dialect too, broadcast extents chosen with ``arith.select``, sizes
 through ``tensor.expand_shape``, an ``einsum`` contracting three dimensions) are checked the same
 way against TensorFlow's outputs and ``tf.GradientTape`` gradients.
@@ -27,7 +28,8 @@ from test_dynamic import _numbered
 FIXTURES = Path(__file__).parent / "fixtures"
 BATCHES = (1, 3, 32)
 RTOL, ATOL = 1e-4, 1e-5
-WORKING = [("torch_dynamic", "mlp_loss"), ("torch_dynamic", "cnn"), ("tf_dynamic", "mlp_loss"), ("tf_dynamic", "cnn")]
+WORKING = [("torch_dynamic", name) for name in ("mlp_loss", "cnn", "attention", "lstm")] + \
+    [("tf_dynamic", "mlp_loss"), ("tf_dynamic", "cnn")]
 
 
 def _data(producer, name):

@@ -29,7 +29,7 @@ WITHOUT_BATCHING_RULE = {
     **dict.fromkeys(["stablehlo.rng", "stablehlo.rng_bit_generator"],
                     "random numbers per batch element: vectorized_map runs a loop (TF's pfor falls back too)"),
     **dict.fromkeys(["stablehlo.get_dimension_size", "stablehlo.set_dimension_size",
-                     "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape"],
+                     "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape", "stablehlo.real_dynamic_slice"],
                     "a run-time shape: the batcher runs any such block as a loop (MissingBatchingRule)"),
     **dict.fromkeys(["stablehlo.batch_norm_inference", "stablehlo.batch_norm_training"],
                     "not written yet (JAX emits batch norm decomposed): vectorized_map runs a loop"),

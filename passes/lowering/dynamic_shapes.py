@@ -149,6 +149,25 @@ def _element(v: ir.Value, j: int) -> Hashable:
     return ("element", v, j)
 
 
+def element_size(v: ir.Value, j: int) -> int | None:
+    """Element ``j`` of a 1-D integer shape operand when it is a constant, else ``None``."""
+    key = _element(v, j)
+    return key[1] if key[0] == "const" else None
+
+
+def same_size(v: ir.Value, j: int, x: ir.Value) -> bool:
+    """Whether element ``j`` of the shape operand ``v`` is read from dimension ``j`` of ``x``
+    itself (``tensor.dim`` / ``get_dimension_size``, through casts and reshapes)."""
+    if shape(x)[j] != DYNAMIC:
+        return element_size(v, j) == shape(x)[j]
+    key = _element(v, j)
+    if key == _dim(x, j):
+        return True
+    op = _producer(key[1]) if key[0] == "int" else None
+    return op is not None and op.name == "stablehlo.get_dimension_size" and op.operands[0] == x \
+        and hlo.read_int(op, "dimension") == j
+
+
 def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Operation]],
                funcs: dict[str, ir.Operation]) -> None:
     name = op.name
@@ -196,6 +215,12 @@ def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Ope
             for j, d in enumerate(kept):
                 classes.union(_dim(op.operands[k], d), _dim(op.results[k], j))
                 classes.union(_dim(op.operands[0], d), _dim(op.operands[k], d))
+    elif name == "stablehlo.real_dynamic_slice":
+        # x[0:n:1] along a dimension is n long (torch-mlir's x[:, t] over a run-time batch).
+        x, start, limit, strides = op.operands
+        for d in range(len(shape(x))):
+            if _element(start, d) == ("const", 0) and _element(strides, d) == ("const", 1):
+                classes.union(_dim(op.results[0], d), _element(limit, d))
     elif name == "tensor.expand_shape":
         out = op.results[0]
         sizes = iter(op.operands[1:])  # one per dynamic dimension of the result, in order

@@ -10,7 +10,8 @@
   the operand is a product with a broadcast along leading dimensions
   (``sum(x[None, :] * w)``, ``sum(mean(x, 0) * x)``;
   ../shared/repro/iree313_vector_contract_reduce.mlir). The operand is reshaped
-  to one dimension first: the same reduction, which IREE compiles.
+  to one dimension first (collapsed, over run-time sizes): the same reduction, which IREE
+  compiles.
 
 * A scalar integer ``stablehlo.convert`` to float64 (a loop counter made a float inside a
   loop, where IREE runs scalars on the host): the VM has no integer-to-f64 conversion
@@ -57,7 +58,7 @@ from ...boundary import respell_foreign
 from . import choices
 from ..ir import hlo
 from ..rules.convolution import lower_convolution
-from .dynamic_shapes import annotate_nonexpanding, rewrite_dynamic
+from .dynamic_shapes import annotate_nonexpanding, collapse, rewrite_dynamic
 from ..rules.einsum import EINSUMS, lower_einsum
 from ..rules.indexing import iree_rejects_scatter, scatter_by_elements
 from .lapack import rewrite_lapack_calls
@@ -118,16 +119,17 @@ def _reduces_everything(op: ir.Operation) -> bool:
         return False
     inputs = list(op.operands)[:len(op.operands) // 2]
     ranks = {len(shape(v)) for v in inputs}
-    return all(hlo.is_static(v) for v in inputs) and len(ranks) == 1 and ranks.pop() >= 2 \
-        and len(hlo.read_i64_array(op, "dimensions")) == len(shape(inputs[0]))
+    return len(ranks) == 1 and ranks.pop() >= 2 and len(hlo.read_i64_array(op, "dimensions")) == len(shape(inputs[0]))
 
 
 def _flatten_reduce(op: ir.Operation) -> None:
-    """The same reduce over its inputs reshaped to one dimension (in place)."""
+    """The same reduce over its inputs reshaped to one dimension (in place; run-time sizes
+    through ``tensor.collapse_shape``)."""
     n = len(op.operands) // 2
     for i in range(n):
         v = op.operands[i]
-        op.operands[i] = hlo.reshape(v, [math.prod(shape(v))])
+        op.operands[i] = hlo.reshape(v, [math.prod(shape(v))]) if hlo.is_static(v) \
+            else collapse(v, [list(range(len(shape(v))))])
     op.attributes["dimensions"] = ir.DenseI64ArrayAttr.get([0])
 
 

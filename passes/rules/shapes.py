@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from ..ir import hlo
 from ..lowering.choices import sum_by_vecmat
-from ..lowering.dynamic_shapes import annotate_nonexpanding, enclosing_function
-from ..ir.hlo import read_i64_array
+from ..lowering.dynamic_shapes import annotate_nonexpanding, element_size, enclosing_function, same_size
+from ..ir.hlo import DYNAMIC, read_i64_array
 from ..ir.mlir import elem, is_float_type, shape, tensor_type
 from ..transforms.forward import diagonal, linear
 from ..transforms.batching import Batcher, MissingBatchingRule, elementwise, plus1, prepended, remake
-from ..transforms.registry import MissingAdjointError, adjoint, batching, nondifferentiable, tangent
+from ..transforms.registry import MissingAdjointError, adjoint, batching, missing, nondifferentiable, tangent
 
 
 def _sum(ct, dims):
@@ -160,6 +160,30 @@ def _slice(op, cts):
     return (hlo.pad(ct, zero, start, high, [st - 1 for st in strides]),)
 
 
+@adjoint("stablehlo.real_dynamic_slice")
+def _real_dynamic_slice(op, cts):
+    """dx = ct padded back with zeros, as slice's; its starts and strides constants, and a run-time
+    dimension sliced whole (torch-mlir's x[:, t] over a run-time batch, irgrad's own crops)"""
+    (ct,) = cts
+    x, start, limit, strides = op.operands
+    xs, cs = shape(x), shape(op.results[0])
+    low, steps = [], []
+    for d in range(len(xs)):
+        first, step = element_size(start, d), element_size(strides, d)
+        if first is None or step is None:
+            raise missing(op, f" whose start or stride along dimension {d} is known only at run time")
+        if DYNAMIC in (xs[d], cs[d]) and not (first == 0 and step == 1 and same_size(limit, d, x)):
+            raise missing(op, f" over a dynamic dimension: dimension {d} of operand 0 ({x.type}) must be "
+                              "sliced whole")
+        low.append(first)
+        steps.append(step)
+    if 0 in cs:
+        return hlo.zeros(x.type), None, None, None
+    high = [0 if n == DYNAMIC else n - lo - ((c - 1) * st + 1) for n, lo, c, st in zip(xs, low, cs, steps)]
+    zero = hlo.zeros(hlo.tensor_type([], hlo.elem(ct)))
+    return hlo.pad(ct, zero, low, high, [st - 1 for st in steps]), None, None, None
+
+
 @adjoint("stablehlo.pad")
 def _pad(op, cts):
     """dx = the strided interior of ct; d padding_value = sum(ct) - sum(dx)"""
@@ -189,7 +213,8 @@ def _optimization_barrier(op, cts):
 
 tangent("stablehlo.broadcast_in_dim", "stablehlo.broadcast", "stablehlo.set_dimension_size", "stablehlo.reshape",
         "stablehlo.transpose", "stablehlo.reverse", "stablehlo.concatenate", "stablehlo.slice", "stablehlo.pad",
-        "stablehlo.optimization_barrier", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape")(linear)
+        "stablehlo.optimization_barrier", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape",
+        "stablehlo.real_dynamic_slice")(linear)
 # reduce_precision's adjoint passes the cotangent straight through; its tangent does the same.
 tangent("stablehlo.reduce_precision")(diagonal)
 batching("stablehlo.reduce_precision")(elementwise)
