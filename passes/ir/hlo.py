@@ -281,7 +281,7 @@ def accumulate(a: Value, b: Value) -> Value:
     for full, sparse in ((a, b), (b, a)):
         if isinstance(sparse, ir.OpResult) and sparse.owner.operation.name == "stablehlo.dynamic_update_slice":
             base, update, *starts = sparse.owner.operation.operands
-            if is_zero_constant(base) and full.type == sparse.type:
+            if is_zero_constant(base) and full.type == sparse.type and is_static(update):
                 here = dynamic_slice(full, starts, shape(update))
                 return dynamic_update_slice(full, add(here, update), starts)
     return add(a, b)
@@ -438,6 +438,11 @@ def pad_or_crop(x: Value, value: Value, low: Sequence[int], high: Sequence[int],
     return crop(p, [max(0, -lo) for lo in low], [max(0, -hi) for hi in high], [1] * len(low))
 
 
+def real_dynamic_slice(x: Value, start: Value, limit: Value, strides: Value, out: Sequence[int]) -> Value:
+    """``x[start:limit:strides]`` with run-time bounds (1-D integer tensors); ``out`` the result shape."""
+    return _create("stablehlo.real_dynamic_slice", [tensor_type(list(out), elem(x))], [x, start, limit, strides]).result
+
+
 def crop(x: Value, low: Sequence[int], high: Sequence[int], strides: Sequence[int]) -> Value:
     """``x[low : size - high : strides]`` in every dimension, run-time sizes included (a
     ``real_dynamic_slice``, which IREE 3.13 compiles, where ``x`` has them)."""
@@ -448,9 +453,8 @@ def crop(x: Value, low: Sequence[int], high: Sequence[int], strides: Sequence[in
              subtract(dimension_size(x, d), splat(hi, tensor_type([], ir.IntegerType.get_signless(32))))
              for d, (n, hi) in enumerate(zip(xs, high))]
     out = [n if n == DYNAMIC else max(0, -(-(n - hi - lo) // st)) for n, lo, hi, st in zip(xs, low, high, strides)]
-    return _create("stablehlo.real_dynamic_slice", [tensor_type(out, elem(x))],
-                   [x, constant(np.array(low, np.int32), "int32"), extent(limit),
-                    constant(np.array(strides, np.int32), "int32")]).result
+    return real_dynamic_slice(x, constant(np.array(low, np.int32), "int32"), extent(limit),
+                              constant(np.array(strides, np.int32), "int32"), out)
 
 
 def dynamic_slice(x: Value, starts: Sequence[Value], sizes: Sequence[int]) -> Value:

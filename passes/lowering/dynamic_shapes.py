@@ -156,16 +156,24 @@ def element_size(v: ir.Value, j: int) -> int | None:
 
 
 def same_size(v: ir.Value, j: int, x: ir.Value) -> bool:
-    """Whether element ``j`` of the shape operand ``v`` is read from dimension ``j`` of ``x``
-    itself (``tensor.dim`` / ``get_dimension_size``, through casts and reshapes)."""
+    """Whether element ``j`` of the shape operand ``v`` is dimension ``j`` of ``x`` at run time:
+    read from it (``tensor.dim`` / ``get_dimension_size``, through casts and reshapes), or of
+    its size class in the function that holds ``x`` (JAX's split of ``x`` at the dimension
+    variable ``b`` that made it)."""
     if shape(x)[j] != DYNAMIC:
         return element_size(v, j) == shape(x)[j]
     key = _element(v, j)
     if key == _dim(x, j):
         return True
     op = _producer(key[1]) if key[0] == "int" else None
-    return op is not None and op.name == "stablehlo.get_dimension_size" and op.operands[0] == x \
-        and hlo.read_int(op, "dimension") == j
+    if op is not None and op.name == "stablehlo.get_dimension_size" and op.operands[0] == x \
+            and hlo.read_int(op, "dimension") == j:
+        return True
+    anchor = x.owner.owner if isinstance(x.owner, ir.Block) else _producer(x)
+    ops: list[ir.Operation] = []
+    _walk(enclosing_function(anchor), ops)
+    classes = _classes_of(ops)
+    return classes.find(key) == classes.find(_dim(x, j))
 
 
 def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Operation]],
@@ -221,6 +229,13 @@ def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Ope
         for d in range(len(shape(x))):
             if _element(start, d) == ("const", 0) and _element(strides, d) == ("const", 1):
                 classes.union(_dim(op.results[0], d), _element(limit, d))
+    elif name == "stablehlo.while":
+        # A carry keeps its shape: operand, the regions' arguments, what the body returns, result.
+        cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+        returned = body.operations[len(body.operations) - 1].operation.operands
+        for k, v in enumerate(op.operands):
+            for other in (cond.arguments[k], body.arguments[k], returned[k], op.results[k]):
+                _same(classes, v, other)
     elif name == "tensor.expand_shape":
         out = op.results[0]
         sizes = iter(op.operands[1:])  # one per dynamic dimension of the result, in order

@@ -59,13 +59,15 @@ from . import choices
 from ..ir import hlo
 from ..rules.convolution import lower_convolution
 from .dynamic_shapes import annotate_nonexpanding, collapse, rewrite_dynamic
+from ..rules.control_flow import unroll_short_loops
 from ..rules.einsum import EINSUMS, lower_einsum
 from ..rules.indexing import iree_rejects_scatter, scatter_by_elements
 from .lapack import rewrite_lapack_calls
 from ..rules.linalg import lower_cholesky, lower_triangular_solve
 from ..rules.spectral import lower_complex_pad, lower_fft
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
-from ..ir.mlir import elem, ir, is_float, is_integer_type, parse_module, shape, tensor_type
+from ..ir.mlir import elem, ir, is_float, is_integer_type, parse_module, run_pipeline, shape, tensor_type
+from ..ir.regions import nested_ops
 
 
 # IREE 3.13 refuses these on llvm-cpu ("failed to legalize operation ... explicitly marked illegal"):
@@ -208,7 +210,14 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
     done = 0
     if dynamic:
         with module.context:
-            done = annotate_nonexpanding(module)
+            # IREE 3.13 miscompiles loops over run-time-sized carries (wrong values: JAX's LSTM
+            # over a symbolic batch; tests/test_dynamic.py has the smallest case): short counted
+            # ones run unrolled. Calls are inlined first (IREE inlines them anyway): the size
+            # classes follow a private function called once, and the copies call it n times.
+            if any(o.name == "func.call" for o in nested_ops(module.operation)):
+                run_pipeline(module.operation, "builtin.module(inline{default-pipeline=})")
+            done = unroll_short_loops(module.operation, keep=lambda loop: all(hlo.is_static(v) for v in loop.operands))
+            done += annotate_nonexpanding(module)
             done += rewrite_dynamic(module)
     done += rewrite_lapack_calls(module)  # then lowered with the other cholesky / triangular_solve ops
     found: list[ir.Operation] = []

@@ -640,13 +640,35 @@ def _scalar_recurrence(op: ir.Operation) -> bool:
 
 def _unrolled(op: ir.Operation, cts, n: int, captured: list[ir.Value]) -> list:
     """A short loop: n copies of the body replace it, and their adjoint is straight-line code."""
+    return _local_adjoint(op, inline_copies(op, n), cts, captured)
+
+
+def inline_copies(op: ir.Operation, n: int) -> list[ir.Value]:
+    """``n`` copies of loop ``op``'s body in its place, each reading the carries the one before
+    returns; ``op``'s results replaced by the last ones (returned). ``op`` itself stays."""
     with ir.InsertionPoint(op):
         carries = list(op.operands)
         for _ in range(n):
             carries = inline_region(op, 1, carries)
     for old, new in zip(op.results, carries):
         old.replace_all_uses_with(new)
-    return _local_adjoint(op, carries, cts, captured)
+    return carries
+
+
+def unroll_short_loops(module: ir.Operation, keep: Callable[[ir.Operation], bool]) -> int:
+    """Replace every counted ``while`` in ``module`` that ``choices.unroll_loop`` would unroll and
+    ``keep`` does not keep by copies of its body; returns how many."""
+    loops = [o for o in nested_ops(module) if o.name == "stablehlo.while"]
+    done = 0
+    for loop in loops:
+        n = trip_count(loop)
+        if n is None or keep(loop) or not unroll_loop(n, *_size(loop), scalar_recurrence=_scalar_recurrence(loop)):
+            continue
+        with loop.location:
+            inline_copies(loop, n)
+        discard(loop)
+        done += 1
+    return done
 
 
 def _local_adjoint(op: ir.Operation, results: Sequence[ir.Value], cts, captured: list[ir.Value]) -> list:

@@ -162,23 +162,27 @@ def _slice(op, cts):
 
 @adjoint("stablehlo.real_dynamic_slice")
 def _real_dynamic_slice(op, cts):
-    """dx = ct padded back with zeros, as slice's; its starts and strides constants, and a run-time
-    dimension sliced whole (torch-mlir's x[:, t] over a run-time batch, irgrad's own crops)"""
+    """dx = ct written back into zeros: at its starts (a dynamic_update_slice) where every stride
+    is 1 (JAX's dynamic_index_in_dim, torch-mlir's x[:, t]); else padded back as slice's, which
+    needs constant starts and strides and a run-time dimension sliced whole"""
     (ct,) = cts
     x, start, limit, strides = op.operands
     xs, cs = shape(x), shape(op.results[0])
-    low, steps = [], []
+    steps = [element_size(strides, d) for d in range(len(xs))]
+    if 0 in cs:
+        return hlo.zeros_like(x), None, None, None
+    if steps == [1] * len(xs):
+        firsts = [hlo.reshape(hlo.slice(start, [d], [d + 1], [1]), []) for d in range(len(xs))]
+        return hlo.dynamic_update_slice(hlo.zeros_like(x), ct, firsts), None, None, None
+    low = []
     for d in range(len(xs)):
-        first, step = element_size(start, d), element_size(strides, d)
-        if first is None or step is None:
+        first = element_size(start, d)
+        if first is None or steps[d] is None:
             raise missing(op, f" whose start or stride along dimension {d} is known only at run time")
-        if DYNAMIC in (xs[d], cs[d]) and not (first == 0 and step == 1 and same_size(limit, d, x)):
+        if DYNAMIC in (xs[d], cs[d]) and not (first == 0 and steps[d] == 1 and same_size(limit, d, x)):
             raise missing(op, f" over a dynamic dimension: dimension {d} of operand 0 ({x.type}) must be "
                               "sliced whole")
         low.append(first)
-        steps.append(step)
-    if 0 in cs:
-        return hlo.zeros(x.type), None, None, None
     high = [0 if n == DYNAMIC else n - lo - ((c - 1) * st + 1) for n, lo, c, st in zip(xs, low, cs, steps)]
     zero = hlo.zeros(hlo.tensor_type([], hlo.elem(ct)))
     return hlo.pad(ct, zero, low, high, [st - 1 for st in steps]), None, None, None
