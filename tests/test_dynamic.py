@@ -17,6 +17,8 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
+
+from gradcheck import check_module
 from irgrad.passes.lowering.legalize import legalize_text
 
 DIR = Path(__file__).parent / "fixtures" / "jax_dynamic"
@@ -336,6 +338,31 @@ def test_real_dynamic_slice_adjoint_over_a_run_time_batch():
     message = str(info.value)
     assert "\n" not in message and "real_dynamic_slice" in message and "dimension 0" in message
     assert "crop.py\":7" in message
+
+
+def test_a_run_time_slice_at_a_run_time_start_under_the_numeric_checker():
+    """x[k:k+1, :, :] over a '?' dimension (JAX's dynamic_index_in_dim): a real_dynamic_slice with
+    stride 1, whose adjoint writes the cotangent back at its starts; float64 central differences."""
+    text = """func.func @main(%x: tensor<4x?x3xf64>, %k: tensor<i32>) -> tensor<1x?x3xf64> {
+      %d = "stablehlo.get_dimension_size"(%x) {dimension = 1 : i64} : (tensor<4x?x3xf64>) -> tensor<i32>
+      %z = stablehlo.constant dense<0> : tensor<1xi32>
+      %k1 = stablehlo.reshape %k : (tensor<i32>) -> tensor<1xi32>
+      %start = stablehlo.concatenate %k1, %z, %z, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+      %one = stablehlo.constant dense<1> : tensor<1xi32>
+      %kp = stablehlo.add %k1, %one : tensor<1xi32>
+      %d1 = stablehlo.reshape %d : (tensor<i32>) -> tensor<1xi32>
+      %three = stablehlo.constant dense<3> : tensor<1xi32>
+      %limit = stablehlo.concatenate %kp, %d1, %three, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+      %ones = stablehlo.constant dense<1> : tensor<3xi32>
+      %s = stablehlo.real_dynamic_slice %x, %start, %limit, %ones : (tensor<4x?x3xf64>, tensor<3xi32>, tensor<3xi32>,
+           tensor<3xi32>) -> tensor<1x?x3xf64>
+      %r = stablehlo.tanh %s : tensor<1x?x3xf64>
+      return %r : tensor<1x?x3xf64>
+    }"""
+    rng = np.random.default_rng(6)
+    for batch, k in ((1, 0), (2, 3), (3, 1)):
+        check_module(text, [rng.standard_normal((4, batch, 3)), np.int32(k)], jvp=False,
+                     what=f"real_dynamic_slice at row {k}, batch {batch}")
 
 
 def test_portable_artifact_differentiates():
