@@ -10,8 +10,9 @@ once, against the static module of each size (the batch written into the text, `
 is called in blocks of ``--calls``, the two programs interleaved round by round (dynamic,
 static, dynamic, ...), and the median time per call over the rounds is printed with the ratio
 dynamic / static and the device each ran on (``ig.load`` picks local-sync for an llvm-cpu
-artifact of little work, a run-time dimension counted as 64; ``--device`` names one for both). Both artifacts are built with the same flags, from text on stdin (no
-source path to shift IREE's code layout: ``/work/shared/NOTES.md``). Nothing asserts a time.
+artifact of little work, a run-time dimension counted as 64; ``--device`` names one for both).
+Both artifacts are built with the same flags, from text on stdin (no source path to shift
+IREE's code layout: ``/work/shared/NOTES.md``). Nothing asserts a time.
 """
 from __future__ import annotations
 

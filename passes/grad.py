@@ -215,13 +215,22 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
     return copy
 
 
+def _ones(y: ir.Value) -> ir.Value:
+    """The seed of ``y``: ones, which IREE cannot see as a constant where ``y``'s shape is known
+    only at run time (``hlo.dynamic_splat``'s ``opaque``)."""
+    if hlo.is_static(y):
+        return hlo.like(1, y)
+    sizes = [hlo.dimension_size(y, d) if n == hlo.DYNAMIC else n for d, n in enumerate(shape(y))]
+    return hlo.dynamic_splat(1, sizes, elem(y), opaque=True)
+
+
 def _gradients(wrt: list[int], vjp: bool, name: str, seed_names: Sequence[str] = ()):
     """The gradients of args[wrt], seeded with ones or (vjp) with one new argument per result,
     named ``seed_names`` (``d_<result>``)."""
     def derive(block: ir.Block, ys: list[ir.Value], loc: ir.Location) -> list[ir.Value]:
         seeds = [block.add_argument(y.type, ir.Location.name(seed_names[k]) if k < len(seed_names)
                                     else ir.Location.unknown()) if vjp
-                 else (hlo.like(1, y) if carries(y) else None)
+                 else (_ones(y) if carries(y) else None)
                  for k, y in enumerate(ys)]
         xs = [block.arguments[i] for i in wrt]
         grads = backprop(ys, seeds, xs, name=name)

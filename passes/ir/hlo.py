@@ -118,10 +118,23 @@ def splat(value: float | int | bool, type_: ir.Type) -> Value:
     return _create("stablehlo.constant", [type_], [], {"value": dense}).result
 
 
+def _splat_value(v: Value) -> Value:
+    """The constant of :func:`dynamic_splat`'s value ``c + 0 * size`` (``v`` itself otherwise)."""
+    op = v.owner.operation if isinstance(v, ir.OpResult) else None
+    if op is None or op.name != "stablehlo.add":
+        return v
+    c, term = op.operands
+    inner = term.owner.operation if isinstance(term, ir.OpResult) else None
+    if inner is not None and inner.name == "stablehlo.multiply" and is_zero_constant(inner.operands[0]):
+        return c
+    return v
+
+
 def is_zero_constant(v: Value) -> bool:
     """Whether ``v`` is a splat zero ``stablehlo.constant`` (or zeros of a run-time shape)."""
     if isinstance(v, ir.OpResult) and v.owner.operation.name == "stablehlo.dynamic_broadcast_in_dim":
         v = v.owner.operation.operands[0]
+        v = _splat_value(v)
     if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.constant":
         return False
     dense = ir.DenseElementsAttr(v.owner.operation.attributes["value"])
@@ -201,7 +214,7 @@ def dimension_size(x: Value, dimension: int) -> Value:
 _DISTINCT = itertools.count(1)
 
 
-def dynamic_splat(value: float | int, dims: Sequence[int | Value], element: ir.Type) -> Value:
+def dynamic_splat(value: float | int, dims: Sequence[int | Value], element: ir.Type, opaque: bool = False) -> Value:
     """``value`` everywhere in a shape whose sizes are ints or scalar i32 values known only at
     run time: a ``dynamic_broadcast_in_dim`` (the dimensions given as values are dynamic in
     its type).
@@ -215,17 +228,26 @@ def dynamic_splat(value: float | int, dims: Sequence[int | Value], element: ir.T
     # (local-task) copies a dimension out of a concatenated extent for the host with no barrier
     # after the dispatch that writes it, and the host read a stale size about once in 2,000
     # calls (RESOURCE_EXHAUSTED on hal.device.queue.alloca, or a tape of the wrong length).
+    #
+    # ``opaque``: the value itself is ``value + 0 * d`` for such a ``d``, not a constant (a
+    # gradient's seeds: IREE 3.13 got the dynamic JAX LSTM's gradient wrong when seeded with a
+    # broadcast constant of a run-time shape, right with ones it cannot see as a constant). Not
+    # by default: a value read from a size inside a loop is a value the loop's adjoint records.
     i64_type = ir.IntegerType.get_signless(64)
     rank = len(dims)
+    scalar_type = tensor_type([], element)
+    fill = splat(value, scalar_type)
     extent = constant(np.array([0 if isinstance(d, Value) else d for d in dims], np.int64), "int64")
     for p, d in enumerate(dims):
         if isinstance(d, Value):
             tag = splat(-(next(_DISTINCT) % (1 << 30)) - 1, d.type)
-            d = convert(select(compare(d, splat(0, d.type), "LT"), tag, d), i64_type)
+            size = select(compare(d, splat(0, d.type), "LT"), tag, d)
+            if opaque and is_float_type(element) and fill.owner.operation.name == "stablehlo.constant":
+                fill = add(fill, multiply(splat(0, scalar_type), convert(size, element)))
+            d = convert(size, i64_type)
             unit = constant(np.eye(rank, dtype=np.int64)[p], "int64")
             extent = add(extent, multiply(broadcast_in_dim(d, [rank], []), unit))
     out = tensor_type([DYNAMIC if isinstance(d, Value) else d for d in dims], element)
-    fill = splat(value, tensor_type([], element))
     return _create("stablehlo.dynamic_broadcast_in_dim", [out], [fill, extent],
                    {"broadcast_dimensions": i64_array([])}).result
 

@@ -406,12 +406,34 @@ def _dynamic_slice(op, cts):
 
 @adjoint("stablehlo.dynamic_update_slice")
 def _dynamic_update_slice(op, cts):
-    """d x = dynamic_update_slice(ct, zeros, starts); d update = dynamic_slice(ct, starts)"""
+    """d x = dynamic_update_slice(ct, zeros, starts); d update = dynamic_slice(ct, starts)
+
+    An update of run-time sizes (a scan's output buffer over a '?' batch) is read with a
+    ``real_dynamic_slice`` from the starts clamped as the op clamps them, ``update``'s sizes
+    long."""
     (ct,) = cts
     x, update, *starts = op.operands
-    d_update = hlo.dynamic_slice(ct, starts, shape(update))  # read before ct's window is zeroed
-    dx = hlo.dynamic_update_slice(ct, hlo.zeros(update.type), starts)
+    if hlo.is_static(update):
+        d_update = hlo.dynamic_slice(ct, starts, shape(update))  # read before ct's window is zeroed
+    else:
+        d_update = _window_at_run_time(op, ct)
+    dx = hlo.dynamic_update_slice(ct, hlo.zeros_like(update), starts)
     return (dx, d_update, *[None] * len(starts))
+
+
+def _window_at_run_time(op: ir.Operation, ct: ir.Value) -> ir.Value:
+    x, update, *starts = op.operands
+    i32 = ir.IntegerType.get_signless(32)
+    sizes = [hlo.dimension_size(update, d) if u == hlo.DYNAMIC else hlo.splat(u, tensor_type([], i32))
+             for d, u in enumerate(shape(update))]
+    firsts = []
+    for d, start in enumerate(starts):
+        last = hlo.subtract(hlo.dimension_size(x, d) if shape(x)[d] == hlo.DYNAMIC
+                            else hlo.splat(shape(x)[d], tensor_type([], i32)), sizes[d])
+        firsts.append(hlo.clamp(hlo.splat(0, tensor_type([], i32)), hlo.convert(start, i32), last))
+    limits = [hlo.add(f, s) for f, s in zip(firsts, sizes)]
+    ones = hlo.constant(np.ones(len(starts), np.int32), "int32")
+    return hlo.real_dynamic_slice(ct, hlo.extent(firsts), hlo.extent(limits), ones, shape(update))
 
 
 # ----- selections: sort, top_k, argmax-style reduce --------------------------------------
