@@ -149,6 +149,25 @@ def test_aarch64_artifacts_give_the_hosts_numbers_under_qemu(readme_mlp, tmp_pat
         params, state = rest[:4], rest[4:]
 
 
+@needs_qemu
+def test_a_dynamic_batch_artifact_runs_on_aarch64_under_qemu(tmp_path):
+    """One aarch64 artifact of the gradient of JAX's shape-polymorphic attention (a '?' batch),
+    executed by IREE's aarch64 runtime at batch 1 and 32, against JAX's own gradients."""
+    folder = ROOT / "tests" / "fixtures" / "jax_dynamic"
+    text = passes.differentiate((folder / "attention.mlir").read_text(), "main")
+    arm = tmp_path / "attention_aarch64.vmfb"
+    ig.compile(text, target="llvm-cpu", triple="aarch64-linux-gnu").save(arm)
+    with np.load(folder / "attention.npz") as data:
+        wrt = [int(i) for i in data["wrt"]]
+        for batch in (1, 32):
+            args = [data[f"arg{i}_b{batch}"] for i in range(len([k for k in data.files if k.endswith(f"_b{batch}")
+                                                                  and k.startswith("arg")]))]
+            got = _emulated(arm, "main_grad", args, len(args), tmp_path / f"b{batch}")
+            for k, i in enumerate(wrt):
+                np.testing.assert_allclose(got[i], data[f"grad{k}_b{batch}"], rtol=1e-4, atol=1e-5,
+                                           err_msg=f"d arg{i}, batch {batch}")
+
+
 # ----- the personalisation example ------------------------------------------------------------
 
 @pytest.fixture(scope="module")

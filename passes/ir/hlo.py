@@ -233,19 +233,19 @@ def dynamic_splat(value: float | int, dims: Sequence[int | Value], element: ir.T
     # gradient's seeds: IREE 3.13 got the dynamic JAX LSTM's gradient wrong when seeded with a
     # broadcast constant of a run-time shape, right with ones it cannot see as a constant). Not
     # by default: a value read from a size inside a loop is a value the loop's adjoint records.
-    i64_type = ir.IntegerType.get_signless(64)
+    i32_type = ir.IntegerType.get_signless(32)
     rank = len(dims)
     scalar_type = tensor_type([], element)
     fill = splat(value, scalar_type)
-    extent = constant(np.array([0 if isinstance(d, Value) else d for d in dims], np.int64), "int64")
+    extent = constant(np.array([0 if isinstance(d, Value) else d for d in dims], np.int32), "int32")
     for p, d in enumerate(dims):
         if isinstance(d, Value):
             tag = splat(-(next(_DISTINCT) % (1 << 30)) - 1, d.type)
             size = select(compare(d, splat(0, d.type), "LT"), tag, d)
             if opaque and is_float_type(element) and fill.owner.operation.name == "stablehlo.constant":
                 fill = add(fill, multiply(splat(0, scalar_type), convert(size, element)))
-            d = convert(size, i64_type)
-            unit = constant(np.eye(rank, dtype=np.int64)[p], "int64")
+            d = convert(size, i32_type)
+            unit = constant(np.eye(rank, dtype=np.int32)[p], "int32")
             extent = add(extent, multiply(broadcast_in_dim(d, [rank], []), unit))
     out = tensor_type([DYNAMIC if isinstance(d, Value) else d for d in dims], element)
     return _create("stablehlo.dynamic_broadcast_in_dim", [out], [fill, extent],
