@@ -323,6 +323,26 @@ def test_real_dynamic_slice_adjoint_over_a_run_time_batch():
     assert "crop.py\":7" in message
 
 
+def test_a_run_time_slice_with_a_run_time_stride_refuses_in_one_line():
+    """Strides known only at run time: no adjoint, one line naming the op, the dimension and the line."""
+    text = """func.func @main(%x: tensor<?x6xf32>, %step: tensor<2xi32>) -> tensor<?x3xf32> {
+      %d = "stablehlo.get_dimension_size"(%x) {dimension = 0 : i64} : (tensor<?x6xf32>) -> tensor<i32>
+      %n = stablehlo.reshape %d : (tensor<i32>) -> tensor<1xi32>
+      %six = stablehlo.constant dense<6> : tensor<1xi32>
+      %limit = stablehlo.concatenate %n, %six, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+      %start = stablehlo.constant dense<0> : tensor<2xi32>
+      %s = stablehlo.real_dynamic_slice %x, %start, %limit, %step : (tensor<?x6xf32>, tensor<2xi32>, tensor<2xi32>,
+           tensor<2xi32>) -> tensor<?x3xf32> loc("strided.py":4:2)
+      %r = stablehlo.tanh %s : tensor<?x3xf32>
+      return %r : tensor<?x3xf32>
+    }"""
+    with pytest.raises(LookupError) as info:
+        passes.differentiate(text, "main")
+    message = str(info.value)
+    assert "\n" not in message and "real_dynamic_slice" in message and "strided.py\":4" in message
+    assert "stride along dimension 0 is known only at run time" in message
+
+
 def test_a_run_time_slice_at_a_run_time_start_under_the_numeric_checker():
     """x[k:k+1, :, :] over a '?' dimension (JAX's dynamic_index_in_dim): a real_dynamic_slice with
     stride 1, whose adjoint writes the cotangent back at its starts; float64 central differences."""
