@@ -118,23 +118,10 @@ def splat(value: float | int | bool, type_: ir.Type) -> Value:
     return _create("stablehlo.constant", [type_], [], {"value": dense}).result
 
 
-def _splat_value(v: Value) -> Value:
-    """The constant of :func:`dynamic_splat`'s value ``c + 0 * size`` (``v`` itself otherwise)."""
-    op = v.owner.operation if isinstance(v, ir.OpResult) else None
-    if op is None or op.name != "stablehlo.add":
-        return v
-    c, term = op.operands
-    inner = term.owner.operation if isinstance(term, ir.OpResult) else None
-    if inner is not None and inner.name == "stablehlo.multiply" and is_zero_constant(inner.operands[0]):
-        return c
-    return v
-
-
 def is_zero_constant(v: Value) -> bool:
     """Whether ``v`` is a splat zero ``stablehlo.constant`` (or zeros of a run-time shape)."""
     if isinstance(v, ir.OpResult) and v.owner.operation.name == "stablehlo.dynamic_broadcast_in_dim":
         v = v.owner.operation.operands[0]
-        v = _splat_value(v)
     if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.constant":
         return False
     dense = ir.DenseElementsAttr(v.owner.operation.attributes["value"])
