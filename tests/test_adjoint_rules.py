@@ -7,6 +7,8 @@ frontend does not emit are checked from StableHLO text with ``check_module``.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -346,6 +348,43 @@ def test_reduce_precision_is_straight_through():
     value, grad = module["f_grad"](np.array([1.0001, 2.0, -3.3], np.float32))
     np.testing.assert_allclose(value, 3 * np.array([1.0001, 2.0, -3.3], np.float16).astype(np.float32), rtol=1e-6)
     np.testing.assert_array_equal(grad, [3.0, 3.0, 3.0])
+
+
+# ----- sums that undo a broadcast: factors constant along the sum taken out (rules/shapes.py) -----
+
+_BATCH_NORM = """%zero = stablehlo.constant dense<0.0> : tensor<f64>
+%n = stablehlo.constant dense<32.0> : tensor<3xf64>
+%eps = stablehlo.constant dense<1.0e-3> : tensor<3xf64>
+%s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<8x4x3xf64>, tensor<f64>) -> tensor<3xf64>
+%m = stablehlo.divide %s, %n : tensor<3xf64>
+%mb = stablehlo.broadcast_in_dim %m, dims = [2] : (tensor<3xf64>) -> tensor<8x4x3xf64>
+%d = stablehlo.subtract %x, %mb : tensor<8x4x3xf64>
+%d2 = stablehlo.multiply %d, %d : tensor<8x4x3xf64>
+%q = stablehlo.reduce(%d2 init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<8x4x3xf64>, tensor<f64>) -> tensor<3xf64>
+%v = stablehlo.divide %q, %n : tensor<3xf64>
+%ve = stablehlo.add %v, %eps : tensor<3xf64>
+%r = stablehlo.rsqrt %ve : tensor<3xf64>
+%rg = stablehlo.multiply %r, %g : tensor<3xf64>
+%rb = stablehlo.broadcast_in_dim %rg, dims = [2] : (tensor<3xf64>) -> tensor<8x4x3xf64>
+%y = stablehlo.multiply %d, %rb : tensor<8x4x3xf64>
+%yw = stablehlo.multiply %y, %w : tensor<8x4x3xf64>
+%l = stablehlo.reduce(%yw init: %zero) applies stablehlo.add across dimensions = [0, 1, 2] : (tensor<8x4x3xf64>, tensor<f64>) -> tensor<f64>
+return %l : tensor<f64>"""
+
+
+def test_a_batch_norm_adjoint_sums_no_full_size_negation_or_scaling():
+    """A batch norm written out (mean and variance as reduces): the variance's adjoint reaches
+    the mean's broadcast as ``-(b(c)·d + d·b(c))``, summed over the batch. The sum is taken as
+    ``-(c·Σd + Σd·c)``, so no full-size negate or product exists only to be summed (IREE runs
+    each as a dispatch of its own); the gradient is checked numerically."""
+    text = _f("%x: tensor<8x4x3xf64>, %g: tensor<3xf64>, %w: tensor<8x4x3xf64>", _BATCH_NORM, "tensor<f64>")
+    rng = np.random.default_rng(12)
+    check_module(text, [rng.normal(size=(8, 4, 3)), rng.normal(size=3) + 2, rng.normal(size=(8, 4, 3))],
+                 what="batch norm")
+    grad = passes.differentiate(text, "f")
+    adjoint = grad[grad.index("@f_grad"):]
+    negated = re.findall(r"stablehlo\.negate %\w+ : (tensor<[^>]*>)", adjoint)
+    assert negated and set(negated) == {"tensor<3xf64>"}, adjoint  # every negation is per channel
 
 
 # ----- shift invariance (passes/lowering/invariance.py) ------------------------------------------------

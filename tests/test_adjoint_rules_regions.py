@@ -113,6 +113,12 @@ CONV_CASES = {
     "depthwise_chunked_strided_dilated": conv_case([2, 70, 60, 2], [3, 3, 1, 2], stride=[2, 2], pad=[[2, 1], [2, 2]],
                                                    rhs_dil=[2, 2], groups=2),
     "depthwise_1d_chunked": conv_case([1, 2000, 2], [5, 1, 2], dn="[b, 0, f]x[0, i, o]->[b, 0, f]", groups=2),
+    # ... and within it over the whole batch, one convolution with batch_group_count = C.
+    "depthwise_batch_grouped": conv_case([3, 6, 6, 4], [3, 3, 1, 4], pad=[[1, 1], [1, 1]], groups=4),
+    "depthwise_batch_grouped_strided_dilated": conv_case([2, 9, 8, 3], [3, 2, 1, 3], stride=[2, 2],
+                                                         pad=[[1, 0], [2, 1]], rhs_dil=[2, 1], groups=3),
+    "depthwise_batch_grouped_nchw": conv_case([2, 3, 7, 7], [3, 1, 3, 3], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+                                              stride=[2, 2], pad=[[1, 1], [1, 1]], groups=3),
 }
 
 
@@ -120,6 +126,13 @@ CONV_CASES = {
 def test_convolution(name):
     text, args = CONV_CASES[name]
     check_module(text, args, what=f"conv {name}")
+
+
+def test_small_depthwise_weight_gradients_are_one_batch_grouped_convolution():
+    text, _ = CONV_CASES["depthwise_batch_grouped"]
+    adjoint = passes.differentiate(text, "f").split("@f_grad")[1]
+    assert "batch_group_count = 4" in adjoint, adjoint
+    assert not re.search(r"stablehlo\.transpose %\w+, dims = \[[^\]]*\] : \(tensor<3x6x6x4", adjoint), adjoint
 
 
 # ----- reduce_window ---------------------------------------------------------------------

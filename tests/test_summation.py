@@ -111,6 +111,9 @@ def test_a_short_sum_and_a_float64_sum_are_left_alone():
     ((2, 4 * THRESHOLD, 3), (2, 4 * THRESHOLD, 5),
      "batching_dims = [0] x [0], contracting_dims = [1] x [1]"),                        # batched xᵀ · ct
     ((3, 2, 700), (700, 2, 4), "contracting_dims = [1, 2] x [1, 0]"),  # two contracting dims
+    ((8, 24, 24), (8, 24, 24, 16), "contracting_dims = [0, 1, 2] x [0, 1, 2]"),  # a bias sum over NHW, merged
+    ((5, 40, 30), (40, 30, 3), "contracting_dims = [1, 2] x [0, 1]"),  # adjacent in both: merged
+    ((6, 40, 30), (30, 40, 6, 2), "contracting_dims = [0, 1, 2] x [2, 1, 0]"),  # adjacent in one only
 ])
 def test_long_contractions_are_chunked_and_equal_the_product(lhs, rhs, dims):
     rng = np.random.default_rng(4)
@@ -120,6 +123,9 @@ def test_long_contractions_are_chunked_and_equal_the_product(lhs, rhs, dims):
         "[0] x [0]": "i,ij->j",
         "[0] x [0], [1] x [1]": "bki,bkj->bij",
         "[1, 2] x [1, 0]": "ijk,kjl->il",
+        "[0, 1, 2] x [0, 1, 2]": "abc,abcj->j",
+        "[1, 2] x [0, 1]": "iab,abj->ij",
+        "[0, 1, 2] x [2, 1, 0]": "abc,cbaj->j",
     }[spec]
     want = np.einsum(eq, a.astype(np.float64), b.astype(np.float64))
     out = "x".join(map(str, want.shape)) + "x" if want.ndim else ""
@@ -129,5 +135,8 @@ func.func @main(%a: {t(lhs)}, %b: {t(rhs)}) -> tensor<{out}f32> {{
   %r = stablehlo.dot_general %a, %b, {dims} : ({t(lhs)}, {t(rhs)}) -> tensor<{out}f32>
   return %r : tensor<{out}f32>
 }}"""
-    assert "stablehlo.reduce" in legalize_text(text)  # the chunks summed: the chunked form runs
+    legal = legalize_text(text)
+    assert "stablehlo.reduce" in legal  # the chunks summed: the chunked form runs
+    if spec == "[0, 1, 2] x [0, 1, 2]":  # the three dims as one, cut into 18 contiguous chunks of 256 rows
+        assert "tensor<18x256x16xf32>" in legal, legal
     np.testing.assert_allclose(_run(text, a, b), want, rtol=1e-5, atol=1e-4)

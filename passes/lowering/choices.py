@@ -61,6 +61,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from .summation import THRESHOLD
+
 MAX_UNROLLED_OPS = 2048  # trip count × ops in the loop body
 MAX_UNROLLED_LOOPS = 16  # trip count × loops in the loop body
 MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
@@ -81,8 +83,13 @@ def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups:
 
 
 def sum_by_vecmat(x_shape: Sequence[int], dims: Sequence[int], is_float: bool) -> bool:
-    """A sum over the leading axes ``dims`` of a float tensor as ``ones · x``."""
-    return is_float and 0 < len(dims) < len(x_shape) and sorted(dims) == list(range(len(dims)))
+    """A sum over the leading axes ``dims`` of a float tensor as ``ones · x``, up to
+    ``summation.THRESHOLD`` terms. A longer sum is blocked (``summation``), and IREE 3.13 runs
+    a blocked ``ones · x`` as a reduction anyway, but one that cannot take in the elementwise
+    op that made ``x``; a ``reduce`` blocked along ``x``'s own dimensions does (a batch norm's
+    ``Σ dy·x̂``: one dispatch, not two and a full-size intermediate)."""
+    return is_float and 0 < len(dims) < len(x_shape) and sorted(dims) == list(range(len(dims))) \
+        and math.prod(x_shape[d] for d in dims) <= THRESHOLD
 
 
 def unroll_loop(trip_count: int, body_ops: int, inner_loops: int = 0, scalar_recurrence: bool = False) -> bool:

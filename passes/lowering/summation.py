@@ -121,11 +121,11 @@ def contraction_chunks(op: ir.Operation) -> int:
     lhs, rhs = (shape(v) for v in op.operands)
     if any(n < 0 for n in lhs + rhs) or not all(_narrow_float(v) for v in op.operands):
         return 0
-    contracting = hlo.dot_dimensions(op).lhs_contract
-    k = math.prod(lhs[d] for d in contracting)
+    dims = hlo.dot_dimensions(op)
+    k = math.prod(lhs[d] for d in dims.lhs_contract)
     if k <= THRESHOLD:
         return 0
-    longest = max(lhs[d] for d in contracting)
+    longest = max(math.prod(lhs[d] for d in run) for run in _runs(dims.lhs_contract, dims.rhs_contract))
     budget = (math.prod(lhs) + math.prod(rhs)) // (4 * math.prod(shape(op.results[0])))
     chunks = min(-(-k // BLOCK), longest, budget)
     return chunks if chunks >= 2 else 0
@@ -144,13 +144,47 @@ def _tail_at(x: ir.Value, d: int, start: int) -> ir.Value:
     return hlo.slice(x, [start if i == d else 0 for i in range(len(xs))], xs, [1] * len(xs))
 
 
+def _runs(lc: list[int], rc: list[int]) -> list[list[int]]:
+    """The contracting dimensions of the lhs (``lc``, paired with the rhs's ``rc``) in runs
+    that are adjacent and in the same order in both operands: each run is one dimension of
+    both, in memory, once the operands are reshaped."""
+    runs: list[list[int]] = []
+    for a, b in sorted(zip(lc, rc)):
+        if runs and runs[-1][-1] + 1 == a and rc[lc.index(runs[-1][-1])] + 1 == b:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    return runs
+
+
+def _merged(x: ir.Value, run: list[int]) -> ir.Value:
+    xs = list(shape(x))
+    return hlo.reshape(x, xs[:run[0]] + [math.prod(xs[d] for d in run)] + xs[run[-1] + 1:])
+
+
+def _renumbered(ds: list[int], run: list[int]) -> list[int]:
+    """Dimension indices once the adjacent dimensions ``run`` are merged into ``run[0]``."""
+    return [d if d <= run[0] else d - len(run) + 1 for d in ds if d not in run[1:]]
+
+
 def rewrite_contraction(op: ir.Operation, chunks: int) -> ir.Value:
     """A ``dot_general`` (``contraction_chunks(op) == chunks``) as a batched product over
     chunks of its longest contracting dimension, the chunks summed by ``blocked_sum`` (the
-    entries past the last whole chunk contracted on their own and added)."""
+    entries past the last whole chunk contracted on their own and added).
+
+    Contracting dimensions adjacent in both operands count as one (``_runs``; the operands are
+    reshaped to merge them): ``ones[8, 48, 48] · x[8, 48, 48, c]`` is split into 72 chunks of
+    256 rows, each contiguous in memory, where splitting the longest dimension alone would make
+    48 chunks of strided rows that IREE first transposes (a dispatch more, per sum)."""
     lhs, rhs = op.operands
     lb, rb, lc, rc = hlo.dot_dimensions(op)
-    i = max(range(len(lc)), key=lambda j: shape(lhs)[lc[j]])
+    run = max(_runs(lc, rc), key=lambda r: math.prod(shape(lhs)[d] for d in r))
+    if len(run) > 1:
+        rrun = [rc[lc.index(d)] for d in run]
+        lhs, rhs = _merged(lhs, run), _merged(rhs, rrun)
+        lb, lc, rb, rc = (_renumbered(lb, run), _renumbered(lc, run), _renumbered(rb, rrun), _renumbered(rc, rrun))
+        run = run[:1]
+    i = lc.index(run[0])
     dl, dr, n = lc[i], rc[i], shape(lhs)[lc[i]]
     length = -(-n // chunks)
     whole = n // length

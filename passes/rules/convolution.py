@@ -229,6 +229,8 @@ class Matmul:
         n, c = len(self.kernel), self.c
         batch, channels, q = self.x_shape[0], self.cin, self.out[1:]
         padding = c.padding
+        if batch * math.prod(q) <= THRESHOLD:
+            return self._batch_grouped_weight_gradient(x, dy, element)
         rows = _chunk_rows(q)
         if rows < q[0]:
             zero = hlo.zeros(tensor_type([], elem(x)))
@@ -256,6 +258,22 @@ class Matmul:
             out = hlo.slice(out, [0] * (n + 2), [1, *self.kernel, batch * channels], [1] * (n + 2))
         summed = hlo.reduce_sum(hlo.reshape(out, [*self.kernel, batch, channels]), [n])
         return hlo.reshape(summed, [*self.kernel, 1, channels])
+
+    def _batch_grouped_weight_gradient(self, x: ir.Value, dy: ir.Value, element: ir.Type) -> ir.Value:
+        """The depthwise weight gradient as one convolution that sums over the batch too: x's
+        channels as its batch (``batch_group_count`` = C: channel c correlates only with dy's
+        channel c), x's batch as its features, contracted with dy's. No transposes, and no
+        separate sum over the batch; one running sum of ``B·prod(Q)`` terms per weight, so
+        only where that is within ``summation.THRESHOLD``."""
+        n, c = len(self.kernel), self.c
+        spatial = [*range(1, n + 1)]
+        out = hlo.convolution(x, dy, ((n + 1, 0, *spatial), (n + 1, 0, *spatial), (0, n + 1, *spatial)),
+                              strides=c.rhs_dilation, padding=c.padding, lhs_dilation=[1] * n,
+                              rhs_dilation=c.strides, batch_group_count=self.cin, precision=c.precision,
+                              element=element)
+        if list(shape(out)[1:n + 1]) != self.kernel:  # windows left over past the last tap
+            out = hlo.slice(out, [0] * (n + 2), [1, *self.kernel, self.cin], [1] * (n + 2))
+        return hlo.reshape(out, [*self.kernel, 1, self.cin])
 
     def weight_gradient(self, x: ir.Value, ct: ir.Value, element: ir.Type) -> ir.Value:
         if self.depthwise and self.cout == self.cin:

@@ -10,19 +10,68 @@ from ..ir import hlo
 from ..lowering.choices import sum_by_vecmat
 from ..lowering.dynamic_shapes import annotate_nonexpanding, element_size, enclosing_function, same_size
 from ..ir.hlo import DYNAMIC, read_i64_array
-from ..ir.mlir import elem, is_float_type, shape, tensor_type
+from ..ir.mlir import elem, ir, is_float_type, shape, tensor_type
 from ..transforms.forward import diagonal, linear
 from ..transforms.batching import Batcher, MissingBatchingRule, elementwise, plus1, prepended, remake
 from ..transforms.registry import MissingAdjointError, adjoint, batching, missing, nondifferentiable, tangent
 
 
 def _sum(ct, dims):
-    """ct summed over ``dims``: ``ones · ct`` where ``choices.sum_by_vecmat`` says so."""
-    dims, ys = sorted(dims), shape(ct)
+    """ct summed over ``dims``: ``ones · ct`` where ``choices.sum_by_vecmat`` says so.
+
+    Factors that do not vary along ``dims`` are taken out of the sum (``_factored``)."""
+    dims = sorted(dims)
+    factored = _factored(ct, dims)
+    if factored is not None:
+        return factored
+    ys = shape(ct)
     if all(ys[d] == 1 for d in dims) or not hlo.is_static(ct) or not sum_by_vecmat(ys, dims, is_float_type(elem(ct))):
         return hlo.reduce_sum(ct, dims)
     ones = hlo.ones(tensor_type([ys[d] for d in dims], elem(ct)))
     return hlo.dot_general(ones, ct, [], [], list(range(len(dims))), dims)
+
+
+def _factored(ct, dims):
+    """``Σ_dims ct`` with ct's last op moved out of the sum, where that op is ``negate``, a
+    ``multiply`` / ``divide`` by a broadcast that does not vary along ``dims``, or an ``add`` of
+    two such: ``Σ -u = -Σ u``, ``Σ u·b(a) = a·Σ u``; None otherwise. A batch norm's adjoint sums
+    ``-2·b(dvar)·(x - mean)``: as ``-2·dvar·Σ(x - mean)`` the sum reads a tensor that exists
+    anyway, and the full-size products are left to the one consumer that fuses them
+    (IREE materialises a product read by a sum and by another op: a dispatch each)."""
+    if not isinstance(ct, ir.OpResult) or not hlo.is_static(ct) or all(shape(ct)[d] == 1 for d in dims):
+        return None
+    op = ct.owner.operation
+    if op.name == "stablehlo.negate":
+        return hlo.negate(_sum(op.operands[0], dims))
+    if op.name == "stablehlo.add":  # a cotangent reaching one value twice: a·b + b·a
+        parts = [_factored(v, dims) for v in op.operands]
+        return None if any(p is None for p in parts) else hlo.add(*parts)
+    if op.name not in ("stablehlo.multiply", "stablehlo.divide"):
+        return None
+    for i in ((0, 1) if op.name == "stablehlo.multiply" else (1,)):
+        factor = _along(op.operands[i], dims)
+        if factor is not None:
+            summed = _sum(op.operands[1 - i], dims)
+            return hlo.multiply(summed, factor) if op.name == "stablehlo.multiply" else hlo.divide(summed, factor)
+    return None
+
+
+def _along(v, dims):
+    """``v``, a ``broadcast_in_dim`` constant along ``dims``, as the tensor of the other
+    dimensions (in order); None when ``v`` is not one."""
+    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.broadcast_in_dim":
+        return None
+    op = v.owner.operation
+    a, mapped = op.operands[0], read_i64_array(op, "broadcast_dimensions")
+    xs, ys = shape(a), shape(v)
+    if any(n < 0 for n in xs) or any(d in dims and xs[i] != 1 for i, d in enumerate(mapped)):
+        return None
+    kept = [d for d in range(len(ys)) if d not in dims]
+    inner = [i for i, d in enumerate(mapped) if d not in dims]
+    if sorted(inner, key=lambda i: mapped[i]) != inner:
+        return None  # a transposing broadcast: left in the sum
+    a = hlo.reshape(a, [xs[i] for i in inner])
+    return hlo.broadcast_in_dim(a, [ys[d] for d in kept], [kept.index(mapped[i]) for i in inner])
 
 
 @adjoint("stablehlo.broadcast_in_dim")
