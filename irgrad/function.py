@@ -444,7 +444,7 @@ def function(fn: Callable[..., Any] | None = None, input_signature: Sequence[Ten
         def loss(x):
             return ig.reduce_sum(ig.tanh(x) ** 2)
 
-        loss(np.ones(3, np.float32))       # a numpy float32 scalar
+        loss(np.ones(3, np.float32))       # a 0-d numpy float32 array (shape ())
         loss.lower().mlir                  # the StableHLO text; .compile() gives an ig.Artifact
     """
     if fn is None:
