@@ -44,15 +44,36 @@ from irgrad.commands import parse_wrt  # noqa: F401  (re-exported: benchmarks/pr
 from irgrad.viz import function_graph, module_graph, render
 
 
+class QuietHelp(ErrorLines):
+    """``-h/--help`` shows no value beside it, like every flag here (``flag``): typer releases
+    past 0.2x print ``<bool>`` beside an option whose metavar is None, click's own help option
+    included. It is made per command, so each command's is set as the group hands it out."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _no_metavar(super().get_help_option(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and not isinstance(command, QuietHelp):  # a group sets its own
+            _no_metavar(command.get_help_option(ctx))
+        return command
+
+
+def _no_metavar(option: Any) -> Any:
+    if option is not None:
+        option.metavar = ""  # click caches the help option: this one is shown and parsed
+    return option
+
+
 app = typer.Typer(
-    cls=ErrorLines,
+    cls=QuietHelp,
     name="irgrad",
     help="Differentiate StableHLO, compile it with IREE and run the artifacts.",
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(cache_app)  # irgrad cache info | clear (irgrad/console.py)
+app.add_typer(cache_app, cls=QuietHelp)  # irgrad cache info | clear (irgrad/console.py)
 
 
 # ----- options -------------------------------------------------------------------------

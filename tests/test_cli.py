@@ -941,19 +941,26 @@ def test_profile_times_on_the_device_asked_for(work):
 
 
 def _options():
-    """(command, click option) of every command's options, the global ones and the cache's included."""
+    """(command, click option) of every command's options, -h/--help and the global and cache
+    commands' included, each command as the group hands it out when it runs."""
+    import click
     import typer.main
 
     group = typer.main.get_command(app)
-    commands = [("irgrad", group), *group.commands.items()]
-    commands += [(f"cache {n}", c) for n, c in group.commands["cache"].commands.items()]  # type: ignore[attr-defined]
-    return [(name, p) for name, command in commands for p in command.params if p.param_type_name == "option"]
+    ctx = click.Context(group)
+    commands = [("irgrad", group), *((n, group.get_command(ctx, n)) for n in group.commands)]  # type: ignore[attr-defined]
+    cache = group.get_command(ctx, "cache")  # type: ignore[attr-defined]
+    commands += [(f"cache {n}", cache.get_command(ctx, n)) for n in cache.commands]
+    return [(name, p) for name, command in commands for p in command.get_params(ctx) if p.param_type_name == "option"]
 
 
 def test_help_shows_no_type_placeholders():
     """A flag shows no value (typer 0.29 would print <bool> beside a flag without metavar="") and
     an option's value has a name (not <str>); --func says what each command does with it."""
-    for command, option in _options():
+    options = _options()
+    # every command has its -h/--help: irgrad, its commands, cache and its two
+    assert sum("--help" in option.opts for _, option in options) == len(app.registered_commands) + 4
+    for command, option in options:
         if option.is_flag:
             assert option.metavar == "", f"irgrad {command} {option.opts[0]}: flag(...) declares it"
         else:
