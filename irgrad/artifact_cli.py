@@ -9,9 +9,7 @@ errors, parsed by ``argparse``:
     irgrad inspect ART.vmfb [--json]
     irgrad run ART.vmfb [--function F] [--input SPEC ...] [--device D] [--output SPEC ...]
 
-Errors that a command line reports as they are raise ``CLIError``, which carries the exit
-status: ``USAGE`` (2) for a bad argument or a missing file, ``FAILURE`` (1) for anything that
-fails while running.
+Errors are ``messages.CLIError``s, one line each, with their exit status.
 """
 from __future__ import annotations
 
@@ -23,45 +21,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from . import runtime
-from .boundary import suggestion as did_you_mean
+from .messages import FAILURE, USAGE, CLIError, did_you_mean, one_line
 from .runtime.vmfb import read_sidecar, signatures_from_metadata
+from .values import read_run_specs, report_results
 from .version import __version__
 
 __all__ = [
-    "USAGE", "FAILURE", "CLIError", "did_you_mean", "one_line", "pick_function", "signature_lines",
-    "artifact_metadata", "describe_artifact", "training_lines", "run_artifact", "main",
+    "pick_function", "signature_lines", "artifact_metadata", "describe_artifact", "training_lines",
+    "inspect_artifact", "run_artifact", "main",
 ]
-
-USAGE = 2  # click's exit status for a bad command line
-FAILURE = 1
-
-
-class CLIError(Exception):
-    """An error the CLI reports as one line, with its exit status."""
-
-    def __init__(self, message: str, exit_code: int = FAILURE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def one_line(error: BaseException) -> str:
-    """``error`` as a single line of text.
-
-    Errors of an unexpected kind are prefixed with their type and point at
-    ``irgrad --debug`` for the traceback.
-    """
-    if isinstance(error, OSError) and error.filename is not None and error.strerror:
-        return f"{error.filename}: {error.strerror}"
-    if isinstance(error, KeyError) and error.args:
-        text = str(error.args[0])
-    else:
-        text = str(error)
-    text = " ".join(text.split()) or type(error).__name__
-    expected = (CLIError, ValueError, LookupError, RuntimeError, TypeError, OSError)
-    if not isinstance(error, expected):
-        text = f"{type(error).__name__}: {text} (run 'irgrad --debug ...' for the traceback)"
-    return text
-
 
 def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:
     """``function`` if ``names`` has it, or the only name when it is None; else a usage error naming ``artifact``."""
@@ -145,8 +113,6 @@ def run_artifact(path: Path, function: str | None, inputs: Sequence[str], output
                  device: str | None = None) -> str:
     """What ``irgrad run`` does and prints: reads the ``--input`` and ``--output`` specs, loads
     the artifact on ``device``, calls ``function`` and reports its results (``values``)."""
-    from .values import read_run_specs, report_results  # the specs' syntax: only run needs it
-
     try:
         arguments, sinks = read_run_specs(inputs, outputs)
     except ValueError as error:

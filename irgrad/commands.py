@@ -7,9 +7,9 @@ these; scripts such as ``benchmarks/profile.py`` use them too.
 
 Errors that a command line reports as they are raise ``CLIError``, which
 carries the exit status: ``USAGE`` (2) for a bad argument or a missing file,
-``FAILURE`` (1) for anything that fails while running. ``CLIError``, the one-line
-messages and what ``inspect`` and ``run`` do live in ``artifact_cli``, which needs
-only the runtime; they are named here too.
+``FAILURE`` (1) for anything that fails while running. ``CLIError`` and the one-line
+messages live in ``messages``, what ``inspect`` and ``run`` do in ``artifact_cli``:
+both need only the runtime. They are named here too.
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ from .function import Function, compile_text, export
 from .runtime.artifact import atomic_write
 from .runtime.options import TARGET_FLAGS
 from .passes.grad import ChoiceError
-# The artifact commands (inspect, run) need only the runtime: the runtime-only install has them too.
-from .artifact_cli import (FAILURE, USAGE, CLIError, artifact_metadata, describe_artifact, did_you_mean, one_line,
-                           pick_function, signature_lines, training_lines)
+# The one-line errors and the artifact commands (inspect, run) need only the runtime: the
+# runtime-only install has them too.
+from .messages import FAILURE, USAGE, CLIError, did_you_mean, one_line
+from .artifact_cli import artifact_metadata, describe_artifact, pick_function, signature_lines, training_lines
 
 __all__ = [
     "USAGE", "FAILURE", "CLIError", "did_you_mean", "one_line", "parse_wrt", "import_model", "model_function",

@@ -20,7 +20,7 @@ import numpy as np
 from .boundary import ELEMENT_DTYPES
 from .runtime import Signature, TensorType
 from .runtime.artifact import atomic_write
-from .artifact_cli import did_you_mean, one_line
+from .messages import did_you_mean, one_line
 
 __all__ = [
     "MAX_PRINTED_ELEMENTS", "numpy_dtype", "parse_type", "parse_value", "read_npy", "read_npz",
