@@ -45,9 +45,10 @@ from irgrad.viz import function_graph, module_graph, render
 
 
 class QuietHelp(ErrorLines):
-    """``-h/--help`` shows no value beside it, like every flag here (``flag``): typer releases
-    past 0.2x print ``<bool>`` beside an option whose metavar is None, click's own help option
-    included. It is made per command, so each command's is set as the group hands it out."""
+    """``-h/--help`` shows no value beside it, like every flag here (``flag``): recent typer
+    releases (0.29) print ``<bool>`` beside an option whose metavar is None, click's own help
+    option included. It is made per command, so each command's is set as the group hands it out.
+    (Help paragraphs are one line each in the docstrings: rich keeps their line breaks.)"""
 
     def get_help_option(self, ctx: Any) -> Any:
         return _no_metavar(super().get_help_option(ctx))
@@ -88,7 +89,7 @@ PROX_HELP = ("FedProx: train @F_prox, F's loss plus mu/2 ||w - w_global||^2 over
 
 
 def flag(*names: str, help: str) -> Any:
-    """A boolean option that takes no value. ``metavar=""``: newer typer releases would show
+    """A boolean option that takes no value. ``metavar=""``: recent typer releases would show
     ``<bool>`` beside it, as if it took one."""
     return typer.Option(*names, help=help, metavar="")
 
@@ -163,12 +164,11 @@ def grad(
     list_args: Annotated[bool, flag("--list-args", help="List the public functions' arguments (index, name, type) "
                                     "for --wrt, and write nothing.")] = False,
 ) -> None:
-    """Add @F_grad (gradient of the sum of F's results) to a StableHLO module; --vjp, --jvp,
-    --hessian and --train add those functions (@F_grad only when none of --jvp, --hessian,
-    --train is given).
+    """Add @F_grad (gradient of the sum of F's results) to a StableHLO module.
 
-    If the gradient cannot be built, OUT.mlir is not written (an existing one
-    is left as it was).
+    --vjp, --jvp, --hessian and --train add those functions (@F_grad only without the last three).
+
+    If the gradient cannot be built, OUT.mlir is not written (an existing one is left as it was).
     """
     if list_args:
         typer.echo(argument_lines(read_mlir(source), func))
@@ -213,8 +213,7 @@ def compile_command(
 ) -> None:
     """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact.
 
-    With --train, --wrt names the parameters: required for a model.py source, whose
-    arguments mix data and weights; for an .mlir file it defaults to every float argument.
+    With --train, --wrt names the parameters: a model.py needs it; an .mlir trains every float argument.
     """
     try:
         options = runtime.CompileOptions.for_target(
@@ -251,8 +250,7 @@ def profile(
         "--device", "-d", metavar="DRIVER", help="IREE driver to time on: local-task (default) or local-sync.")]
     = None,
 ) -> None:
-    """Time each dispatch (one fused kernel IREE runs) alone and inside a call, name the model's ops it
-    came from, and show where a call's time goes."""
+    """Time each dispatch (a fused kernel IREE runs), name the model's ops it came from, show where time goes."""
     text, name = load_source(source)
     function = pick_function(list(runtime.parse_signatures(text)), func or name, source)
     if grad:
