@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -401,13 +401,18 @@ def conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
     return arr
 
 
-@overload
-def function(fn: Callable[..., Any], input_signature: Sequence[TensorSpec] | None = None,
-             target: str = "llvm-cpu", device: str | None = None, **compile_flags: Any) -> Function: ...
-@overload
-def function(fn: None = None, input_signature: Sequence[TensorSpec] | None = None,
-             target: str = "llvm-cpu", device: str | None = None,
-             **compile_flags: Any) -> Callable[[Callable[..., Any]], Function]: ...
+# The decorator's two forms, for type checkers only: at run time ``typing.overload`` files every
+# variant in a registry that outlives the interpreter's clean-up, and with them this module's
+# globals, the runtime modules they reach and every IREE object those hold (devices, VM
+# instances): nanobind then reports them all as leaked at exit (issue 40).
+if TYPE_CHECKING:
+    @overload
+    def function(fn: Callable[..., Any], input_signature: Sequence[TensorSpec] | None = None,
+                 target: str = "llvm-cpu", device: str | None = None, **compile_flags: Any) -> Function: ...
+    @overload
+    def function(fn: None = None, input_signature: Sequence[TensorSpec] | None = None,
+                 target: str = "llvm-cpu", device: str | None = None,
+                 **compile_flags: Any) -> Callable[[Callable[..., Any]], Function]: ...
 
 
 def function(fn: Callable[..., Any] | None = None, input_signature: Sequence[TensorSpec] | None = None,
