@@ -218,7 +218,15 @@ class Function:
         self._traces: dict[Any, ConcreteFunction] = {}
         # Calls whose arguments are all numpy arrays, by (shape, dtype) of each: the trace and
         # its loaded function, so a repeated call skips binding and building the trace's key.
-        self._fast: dict[tuple, tuple[ConcreteFunction, Any]] = {}
+        self._fast: dict[tuple, Callable[..., Any]] = {}
+        # With an input_signature: per argument the numpy dtype and shape (None: any size) that
+        # the one trace takes as it is, and (after the first call) its loaded function, run
+        # straight away for positional numpy arrays that match (None for a bfloat16 argument:
+        # such calls take the checked way).
+        self._sig_arrays = None if self.input_signature is None else tuple(
+            (None if s.dtype == dtypes.bfloat16 else np.dtype(s.dtype.as_numpy_dtype), tuple(s.shape))
+            for s in self.input_signature)
+        self._sig_runner: Callable[..., Any] | None = None
 
     # --- argument handling ---
     def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -296,7 +304,16 @@ class Function:
 
     def __call__(self, *args, **kwargs):
         fast = None
-        if not kwargs and self.input_signature is None:
+        if self._sig_arrays is not None:
+            # Positional arrays of the signature's dtypes and shapes: straight to the module.
+            runner = self._sig_runner
+            if runner is not None and not kwargs and len(args) == len(self._sig_arrays):
+                for a, (dtype, shape) in zip(args, self._sig_arrays):
+                    if type(a) is not np.ndarray or a.dtype != dtype or (a.shape != shape and not _fits(a.shape, shape)):
+                        break
+                else:
+                    return runner(*args)
+        elif not kwargs:
             # A call with the arrays of an earlier call's types and shapes: straight to its module.
             fast = tuple([(type(a), a.shape, a.dtype) if type(a) is np.ndarray or isinstance(a, np.generic)
                           else None for a in args])
@@ -311,6 +328,8 @@ class Function:
         fn = cf.module(self.target, self.device, self.compile_flags)[cf.name]
         if fast is not None and len(arrays) == len(args):  # every argument was an array leaf
             self._fast[fast] = cf.runner(fn)
+        elif self._sig_arrays is not None and self._sig_runner is None:
+            self._sig_runner = cf.runner(fn)
         return cf.run_with(fn, arrays)
 
     def lower(self, *args, **kwargs) -> Lowered:
@@ -388,6 +407,11 @@ def _structure_key(structure) -> Any:
     return "."
 
 
+def _fits(shape: tuple[int, ...], spec: tuple[int | None, ...]) -> bool:
+    """Whether an array's shape is one a TensorSpec's (None: any size) takes."""
+    return len(shape) == len(spec) and all(d is None or n == d for n, d in zip(shape, spec))
+
+
 def conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
     if isinstance(value, Tensor):
         raise TypeError(f"{fname}(): argument {index} is a symbolic tensor; pass numpy arrays")
@@ -395,7 +419,7 @@ def conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
         raise TypeError(f"{fname}(): argument {index} has dtype {value.dtype}, but the input_signature "
                         f"expects {spec.dtype.name}")
     arr, _ = as_numpy(value, spec.dtype)
-    if len(arr.shape) != len(spec.shape) or any(d is not None and n != d for n, d in zip(arr.shape, spec.shape)):
+    if not _fits(arr.shape, tuple(spec.shape)):
         raise ValueError(f"{fname}(): argument {index} has shape {tuple(arr.shape)}, but the "
                          f"input_signature expects {tuple(spec.shape)}")
     return arr
