@@ -224,7 +224,7 @@ class Function:
         self._fast: dict[tuple, Callable[..., Any]] = {}
         # With an input_signature: per argument the numpy dtype and shape (None: any size) that
         # the one trace takes as it is, and (after the first call) its loaded function, run
-        # straight away for positional numpy arrays that match (None for a bfloat16 argument:
+        # straight away for positional numpy values that match (None for a bfloat16 argument:
         # such calls take the checked way).
         self._sig_arrays = None if self.input_signature is None else tuple(
             (None if s.dtype == dtypes.bfloat16 else np.dtype(s.dtype.as_numpy_dtype), tuple(s.shape))
@@ -310,11 +310,12 @@ class Function:
             return self._inline(args, kwargs)
         fast = None
         if self._sig_arrays is not None:
-            # Positional arrays of the signature's dtypes and shapes: straight to the module.
+            # Positional numpy arrays (or scalars) of the signature's dtypes and shapes: straight
+            # to the module.
             runner = self._sig_runner
             if runner is not None and not kwargs and len(args) == len(self._sig_arrays):
                 for a, (dtype, shape) in zip(args, self._sig_arrays):
-                    if type(a) is not np.ndarray or a.dtype != dtype \
+                    if (type(a) is not np.ndarray and not isinstance(a, np.generic)) or a.dtype != dtype \
                             or (a.shape != shape and not _fits(a.shape, shape)):
                         break
                 else:

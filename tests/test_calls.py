@@ -62,10 +62,12 @@ def test_signature_calls_read_and_update_variables_and_pack_their_results():
         return {"v": v.read_value(), "pair": (n + 1, None)}
 
     for i in range(3):
-        out = step(np.ones(2, np.float32), np.int32(i))  # a numpy scalar: the checked way
+        out = step([1.0, 1.0], i)  # Python values: the checked way
         np.testing.assert_array_equal(out["v"], [i + 1, i + 1])
         assert int(out["pair"][0]) == i + 1 and out["pair"][1] is None
-    out = step(np.full(2, 2.0, np.float32), np.array(7, np.int32))  # arrays: the direct way
-    np.testing.assert_array_equal(out["v"], [5, 5])
-    assert int(out["pair"][0]) == 8
-    np.testing.assert_array_equal(v.numpy(), [5, 5])
+    for n in (np.array(7, np.int32), np.int32(8)):  # a 0-d array, a numpy scalar: the direct way
+        out = step(np.full(2, 2.0, np.float32), n)
+        assert int(out["pair"][0]) == n + 1
+    np.testing.assert_array_equal(out["v"], [7, 7])
+    assert int(step(np.zeros(2, np.float32), np.int64(1))["pair"][0]) == 2  # another dtype: converted, checked
+    np.testing.assert_array_equal(v.numpy(), [7, 7])
