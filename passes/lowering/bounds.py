@@ -39,7 +39,7 @@ import numpy as np
 
 from ..ir import hlo
 from ..ir.hlo import GATHER_FIELDS, SCATTER_FIELDS, broadcast_like, compare, select
-from ..ir.mlir import elem, ir, is_float_type, shape, tensor_type
+from ..ir.mlir import dtype_name, elem, ir, is_float_type, is_integer_type, shape, tensor_type
 from ..ir.regions import nested_ops
 from ..rules.indexing import _scatter_form, iree_rejects_scatter
 from ..transforms.batching import remake
@@ -75,91 +75,82 @@ def _guard_gather(op: ir.Operation) -> bool:
     last = [_last_start(x, k, sizes[k]) for k in d["start_index_map"]]
     if not last or _in_bounds(indices, d["index_vector_dim"], last):
         return False
-    it = _index_type(indices, x)
-    wide = hlo.convert(indices, it)
+    wide = hlo.convert(indices, _index_type(indices, last))
     op.operands[1] = hlo.clamp(_per_index(0, wide, d["index_vector_dim"]), wide,
                                _per_index(last, wide, d["index_vector_dim"]))
     return True
 
 
 def _guard_scatter(op: ir.Operation) -> bool:
-    n = len(op.operands) // 2
-    xs, indices, updates = list(op.operands[:n]), op.operands[n], list(op.operands[n + 1:])
+    if len(op.operands) != 3:
+        return False  # several operands: IREE 3.13 refuses them ("NYI variadic operands scatter")
+    x, indices, updates = op.operands
     d = {**{f: [] for f in SCATTER_FIELDS}, "index_vector_dim": 0, **hlo.read_struct(op, "scatter_dimension_numbers")}
     ivd, starts = d["index_vector_dim"], d["scatter_dims_to_operand_dims"]
-    sizes = _window_sizes(xs[0], updates[0], d)
-    last = [_last_start(xs[0], k, sizes[k]) for k in starts]
+    sizes = _window_sizes(x, updates, d)
+    if any(sizes[k] is None for k in starts):
+        return False  # IREE 3.13 refuses such a scatter ("mismatch in shape of indices and update value")
+    last = [_last_start(x, k, sizes[k]) for k in starts]
     if not last or _in_bounds(indices, ivd, last):
         return False
-    wide = hlo.convert(indices, _index_type(indices, xs[0]))
+    k, rank = starts[0], len(shape(x))  # k: the dimension a dropped window goes to, past its end
+    spare = [_dimension(x, k) if j == k else 0 for j in starts]
+    wide = hlo.convert(indices, _index_type(indices, last + spare))
     first, final = _per_index(0, wide, ivd), _per_index(last, wide, ivd)
     ok = hlo.binary("stablehlo.and", compare(wide, first, "GE"), compare(wide, final, "LE"))
     ok = hlo.reduce(ok, [ivd], "and") if ivd < len(shape(wide)) else ok  # per index vector
-    scatter_dims = [i for i in range(len(shape(updates[0]))) if i not in d["update_window_dims"]]
-    identity = _identity(op) if n == 1 else None
+    scatter_dims = [i for i in range(len(shape(updates))) if i not in d["update_window_dims"]]
+    identity = _identity(op)
     unordered = {"unique_indices": ir.BoolAttr.get(False), "indices_are_sorted": ir.BoolAttr.get(False)}
     if identity is not None:
         # Clamped, every window is in bounds; the dropped ones add (multiply...) the identity.
-        u = updates[0]
-        neutral = broadcast_like(hlo.splat(identity, tensor_type([], elem(u))), u, [])
-        kept = select(broadcast_like(ok, u, scatter_dims), u, neutral)
-        clamped = hlo.clamp(first, wide, final)
-        new = remake(op, [xs[0], clamped, kept], [xs[0].type], unordered)
-        op.results[0].replace_all_uses_with(new.results[0])
-        op.erase()
-        return True
-    # A spare slot past the end of indexed dimension k: dropped windows start there.
-    k = next((k for k in starts if isinstance(sizes[k], int)), None)
-    if k is None:
-        return False  # no window of a static size along an indexed dimension: IREE refuses such a scatter
-    spare = [_dimension(xs[0], k) if j == k else 0 for j in starts]
-    wide = select(_spread(ok, wide, ivd), wide, _per_index(spare, wide, ivd))
-    rank = len(shape(xs[0]))
-    high = [sizes[k] if j == k else 0 for j in range(rank)]
-    padded = [hlo.pad(x, hlo.zeros(tensor_type([], elem(x))), [0] * rank, high, [0] * rank) for x in xs]
-    new = remake(op, [*padded, wide, *updates], [p.type for p in padded], unordered)
-    for old, result in zip(op.results, new.results):
-        old.replace_all_uses_with(hlo.crop(result, [0] * rank, high, [1] * rank))
+        neutral = broadcast_like(hlo.splat(identity, tensor_type([], elem(updates))), updates, [])
+        kept = select(broadcast_like(ok, updates, scatter_dims), updates, neutral)
+        result = remake(op, [x, hlo.clamp(first, wide, final), kept], [x.type], unordered).results[0]
+    else:
+        # A spare slot past the end of dimension k: dropped windows start there.
+        wide = select(_spread(ok, wide, ivd), wide, _per_index(spare, wide, ivd))
+        high = [sizes[k] if j == k else 0 for j in range(rank)]
+        padded = hlo.pad(x, hlo.zeros(tensor_type([], elem(x))), [0] * rank, high, [0] * rank)
+        new = remake(op, [padded, wide, updates], [padded.type], unordered)
+        result = hlo.crop(new.results[0], [0] * rank, high, [1] * rank)
+    op.results[0].replace_all_uses_with(result)
     op.erase()
     return True
 
 
-def _window_sizes(x: ir.Value, updates: ir.Value, d: dict) -> list[Bound]:
-    """The scatter window's size along each operand dimension (1 where inserted or batched)."""
+def _window_sizes(x: ir.Value, updates: ir.Value, d: dict) -> list[int | None]:
+    """The scatter window's size along each operand dimension (1 where inserted or batched;
+    None: known only at run time)."""
     windows = iter(d["update_window_dims"])
     skip = set(d["inserted_window_dims"]) | set(d["input_batching_dims"])
-    sizes: list[Bound] = []
-    for k in range(len(shape(x))):
-        if k in skip:
-            sizes.append(1)
-            continue
-        w = next(windows)
-        sizes.append(shape(updates)[w] if shape(updates)[w] != hlo.DYNAMIC else hlo.dimension_size(updates, w))
-    return sizes
+    sizes = [1 if k in skip else shape(updates)[next(windows)] for k in range(len(shape(x)))]
+    return [None if n == hlo.DYNAMIC else n for n in sizes]
 
 
 def _dimension(x: ir.Value, k: int) -> Bound:
     return shape(x)[k] if shape(x)[k] != hlo.DYNAMIC else hlo.dimension_size(x, k)
 
 
-def _last_start(x: ir.Value, k: int, size: Bound) -> Bound:
+def _last_start(x: ir.Value, k: int, size: int) -> Bound:
     """The largest start along dimension k of ``x`` that keeps a window of ``size`` inside."""
     n = _dimension(x, k)
-    if isinstance(n, int) and isinstance(size, int):
+    if isinstance(n, int):
         return n - size
-    i32 = tensor_type([], ir.IntegerType.get_signless(32))
-    return hlo.subtract(n if not isinstance(n, int) else hlo.splat(n, i32),
-                        size if not isinstance(size, int) else hlo.splat(size, i32))
+    return hlo.subtract(n, hlo.splat(size, n.type))
 
 
-def _index_type(indices: ir.Value, x: ir.Value) -> ir.Type:
-    """A signless integer type that holds every index value's sign and every start into ``x``
-    (and one past): the indices' width, at least 32 bits, 64 for operands that need it. An
-    unsigned index past the signed range reads as negative: out of bounds either way."""
-    width = max(ir.IntegerType(elem(indices)).width, 32)
-    if any(n != hlo.DYNAMIC and n >= 2 ** 31 - 1 for n in shape(x)):
-        width = 64
-    return ir.IntegerType.get_signless(width)
+def _index_type(indices: ir.Value, needed: list[Bound]) -> ir.Type:
+    """The integer type to compare and clamp ``indices`` in: their own where it holds every
+    value in ``needed`` (a run-time size: any i32), else i64, which holds every index of a
+    narrower type (ui64 indices hold every bound)."""
+    element = ir.IntegerType(elem(indices))
+    top = max(v if isinstance(v, int) else 2 ** 31 - 1 for v in needed)
+    if element.is_unsigned:
+        fits = element.width == 64 or top < 2 ** element.width
+    else:
+        fits = top < 2 ** (element.width - 1)
+    return elem(indices) if fits else ir.IntegerType.get_signless(64)
 
 
 def _per_index(values: int | list[Bound], like: ir.Value, ivd: int) -> ir.Value:
@@ -168,8 +159,7 @@ def _per_index(values: int | list[Bound], like: ir.Value, ivd: int) -> ir.Value:
     if isinstance(values, int):
         return broadcast_like(hlo.splat(values, tensor_type([], it)), like, [])
     if all(isinstance(v, int) for v in values):
-        vector = hlo.constant(np.array(values, np.int64), "int64")
-        vector = hlo.convert(vector, it)
+        vector = hlo.constant(np.array(values, dtype_name(it)), dtype_name(it))
     else:
         vector = hlo.convert(hlo.extent(values), it)
     if ivd == len(shape(like)):  # an implicit trailing index vector of one entry
@@ -193,7 +183,7 @@ def _identity(op: ir.Operation) -> float | int | None:
         return None
     if is_float_type(element):
         return {"add": -0.0, "mul": 1.0, "max": -math.inf, "min": math.inf}[form]
-    if not ir.IntegerType.isinstance(element) or ir.IntegerType(element).width == 1:
+    if not is_integer_type(element) or ir.IntegerType(element).width == 1:
         return None  # complex, bool: the spare slot
     return {"add": 0, "mul": 1}.get(form, hlo.reduce_init(form, element))
 
@@ -251,7 +241,7 @@ def _known_range(v: ir.Value) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _widening(source: ir.Type, target: ir.Type) -> bool:
     """Whether an integer convert keeps every value of ``source``."""
-    if not (ir.IntegerType.isinstance(source) and ir.IntegerType.isinstance(target)):
+    if not (is_integer_type(source) and is_integer_type(target)):
         return False
     s, t = ir.IntegerType(source), ir.IntegerType(target)
     if s.width == 1:
