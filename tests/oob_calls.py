@@ -59,30 +59,22 @@ func.func public @{name}(%x: tensor<{x}>, %i: tensor<{i}>, %u: tensor<{u}>) -> t
 }}"""
 
 
-GATHER_ELEMENTS = """
-func.func public @gather_elements(%x: tensor<5xT>, %i: tensor<4x1xi32>) -> tensor<4xT> {
-  %0 = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0],
-      start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1>}> : (tensor<5xT>, tensor<4x1xi32>)
-      -> tensor<4xT>
-  return %0 : tensor<4xT>
-}"""
+def _gather(name: str, x: str, i: str, out: str, dims: str, sizes: str) -> str:
+    """@name(x, i) = gather(x, i) (``dims``: the #stablehlo.gather fields, ``sizes`` its slice sizes)."""
+    return f"""
+func.func public @{name}(%x: tensor<{x}>, %i: tensor<{i}>) -> tensor<{out}> {{
+  %0 = "stablehlo.gather"(%x, %i) <{{dimension_numbers = #stablehlo.gather<{dims}>,
+      slice_sizes = array<i64: {sizes}>}}> : (tensor<{x}>, tensor<{i}>) -> tensor<{out}>
+  return %0 : tensor<{out}>
+}}"""
 
-GATHER_ROWS = """
-func.func public @gather_rows(%x: tensor<6x3xT>, %i: tensor<3xi64>) -> tensor<3x2x3xT> {
-  %0 = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<offset_dims = [1, 2],
-      start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 2, 3>}> : (tensor<6x3xT>, tensor<3xi64>)
-      -> tensor<3x2x3xT>
-  return %0 : tensor<3x2x3xT>
-}"""
 
+ELEMENT = "collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1"
+GATHER_ELEMENTS = _gather("gather_elements", "5xT", "4x1xi32", "4xT", ELEMENT, "1")
+GATHER_ROWS = _gather("gather_rows", "6x3xT", "3xi64", "3x2x3xT",
+                      "offset_dims = [1, 2], start_index_map = [0], index_vector_dim = 1", "2, 3")
 # An unsigned index past the signed range: clamped to the last start, not to 0.
-GATHER_UNSIGNED = """
-func.func public @gather_unsigned(%x: tensor<5xT>, %i: tensor<3xui32>) -> tensor<3xT> {
-  %0 = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0],
-      start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1>}> : (tensor<5xT>, tensor<3xui32>)
-      -> tensor<3xT>
-  return %0 : tensor<3xT>
-}"""
+GATHER_UNSIGNED = _gather("gather_unsigned", "5xT", "3xui32", "3xT", ELEMENT, "1")
 
 DYNAMIC_SLICE = """
 func.func public @dynamic_slice(%x: tensor<5xT>, %s: tensor<i32>) -> tensor<2xT> {

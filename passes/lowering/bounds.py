@@ -20,9 +20,10 @@ So, before IREE sees them (``guard_indices``):
   for floats, 0 for integers; ``a * u``: 1; ``max``: -inf; ``min``: +inf) gets its indices
   clamped the same way and its dropped updates replaced by that identity (no copy of the
   operand);
-* any other scatter (a replace, a general body, several operands) writes into its operands
-  padded with a spare slot along one indexed dimension, the dropped windows sent there,
-  and the result cut back.
+* any other scatter (a replace, a general body) writes into its operand padded with a spare
+  slot along one indexed dimension, the dropped windows sent there, and the result cut
+  back: two copies of the operand (a replace of 2,000 rows into 20,000x64 float32 took
+  3.5 ms a call instead of 1.4).
 
 Indices that are in bounds by construction (constants, the adjoints' own clamps) are left
 as they are. A window counts as dropped when any of it would leave the operand (XLA's
@@ -38,10 +39,10 @@ import math
 import numpy as np
 
 from ..ir import hlo
-from ..ir.hlo import GATHER_FIELDS, SCATTER_FIELDS, broadcast_like, compare, select
+from ..ir.hlo import GATHER_FIELDS, broadcast_like, compare, select
 from ..ir.mlir import dtype_name, elem, ir, is_float_type, is_integer_type, shape, tensor_type
 from ..ir.regions import nested_ops
-from ..rules.indexing import _scatter_form, iree_rejects_scatter
+from ..rules.indexing import _Geometry, _dimension_numbers, _scatter_form, iree_rejects_scatter
 from ..transforms.batching import remake
 
 # Index tensors larger than this are not read for a proof that they are in bounds (they are
@@ -70,7 +71,7 @@ def guard_indices(module: ir.Module) -> int:
 
 def _guard_gather(op: ir.Operation) -> bool:
     x, indices = op.operands
-    d = {**{f: [] for f in GATHER_FIELDS}, "index_vector_dim": 0, **hlo.read_struct(op, "dimension_numbers")}
+    d = _dimension_numbers(op, "dimension_numbers", GATHER_FIELDS)
     sizes = hlo.read_i64_array(op, "slice_sizes")
     last = [_last_start(x, k, sizes[k]) for k in d["start_index_map"]]
     if not last or _in_bounds(indices, d["index_vector_dim"], last):
@@ -84,11 +85,10 @@ def _guard_gather(op: ir.Operation) -> bool:
 def _guard_scatter(op: ir.Operation) -> bool:
     if len(op.operands) != 3:
         return False  # several operands: IREE 3.13 refuses them ("NYI variadic operands scatter")
-    x, indices, updates = op.operands
-    d = {**{f: [] for f in SCATTER_FIELDS}, "index_vector_dim": 0, **hlo.read_struct(op, "scatter_dimension_numbers")}
+    s = _Geometry(op)
+    x, indices, updates, d, sizes = s.x, s.indices, s.updates, s.d, s.sizes
     ivd, starts = d["index_vector_dim"], d["scatter_dims_to_operand_dims"]
-    sizes = _window_sizes(x, updates, d)
-    if any(sizes[k] is None for k in starts):
+    if any(sizes[k] == hlo.DYNAMIC for k in starts):
         return False  # IREE 3.13 refuses such a scatter ("mismatch in shape of indices and update value")
     last = [_last_start(x, k, sizes[k]) for k in starts]
     if not last or _in_bounds(indices, ivd, last):
@@ -99,13 +99,12 @@ def _guard_scatter(op: ir.Operation) -> bool:
     first, final = _per_index(0, wide, ivd), _per_index(last, wide, ivd)
     ok = hlo.binary("stablehlo.and", compare(wide, first, "GE"), compare(wide, final, "LE"))
     ok = hlo.reduce(ok, [ivd], "and") if ivd < len(shape(wide)) else ok  # per index vector
-    scatter_dims = [i for i in range(len(shape(updates))) if i not in d["update_window_dims"]]
     identity = _identity(op)
     unordered = {"unique_indices": ir.BoolAttr.get(False), "indices_are_sorted": ir.BoolAttr.get(False)}
     if identity is not None:
         # Clamped, every window is in bounds; the dropped ones add (multiply...) the identity.
         neutral = broadcast_like(hlo.splat(identity, tensor_type([], elem(updates))), updates, [])
-        kept = select(broadcast_like(ok, updates, scatter_dims), updates, neutral)
+        kept = select(broadcast_like(ok, updates, s.scatter_dims), updates, neutral)
         result = remake(op, [x, hlo.clamp(first, wide, final), kept], [x.type], unordered).results[0]
     else:
         # A spare slot past the end of dimension k: dropped windows start there.
@@ -117,15 +116,6 @@ def _guard_scatter(op: ir.Operation) -> bool:
     op.results[0].replace_all_uses_with(result)
     op.erase()
     return True
-
-
-def _window_sizes(x: ir.Value, updates: ir.Value, d: dict) -> list[int | None]:
-    """The scatter window's size along each operand dimension (1 where inserted or batched;
-    None: known only at run time)."""
-    windows = iter(d["update_window_dims"])
-    skip = set(d["inserted_window_dims"]) | set(d["input_batching_dims"])
-    sizes = [1 if k in skip else shape(updates)[next(windows)] for k in range(len(shape(x)))]
-    return [None if n == hlo.DYNAMIC else n for n in sizes]
 
 
 def _dimension(x: ir.Value, k: int) -> Bound:
