@@ -22,8 +22,9 @@ So, before IREE sees them (``guard_indices``):
   operand);
 * any other scatter (a replace, a general body) writes into its operand padded with a spare
   slot along one indexed dimension, the dropped windows sent there, and the result cut
-  back: two copies of the operand (a replace of 2,000 rows into 20,000x64 float32 took
-  3.5 ms a call instead of 1.4).
+  back: a fill and two copies of the operand (a replace of 2,000 rows into 20,000x64
+  float32: 2.4 ms a call instead of 0.85 unguarded; the same scatter-add, guarded by its
+  identity, 1.2 ms instead of 1.06; local-task, this 2-core VM under load).
 
 Indices that are in bounds by construction (constants, the adjoints' own clamps) are left
 as they are. A window counts as dropped when any of it would leave the operand (XLA's
