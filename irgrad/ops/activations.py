@@ -11,7 +11,7 @@ from ..framework import Tensor
 from .array_ops import one_hot
 from .core import convert_to_tensor, require
 from .math_ops import (abs, add, cast, divide, erfc, exp, expm1, greater, greater_equal, less, less_equal, log, log1p,
-                       logical_and, minimum, multiply, negative, sigmoid, square, subtract, tanh, where)
+                       logical_and, minimum, multiply, negative, pow, sigmoid, square, subtract, tanh, where)
 from .nn_ops import log_softmax, relu, softplus
 from .reduce_ops import reduce_sum
 
@@ -88,10 +88,13 @@ def gelu(features, approximate=False, name=None) -> Tensor:
     if not x.dtype.is_floating:
         raise ValueError(f"gelu: `features.dtype` must be a floating point tensor, got {x.dtype.name}")
     name = name or "Gelu"
+    # TensorFlow writes math_ops.cast(c, dtype) for these two: a float32 constant cast, so float64
+    # sees the float32-rounded value (the only difference from the exact constant).
+    cast_constant = lambda c: cast(convert_to_tensor(c, dtypes.float32), x.dtype)  # noqa: E731
     if approximate:
-        inner = add(x, multiply(multiply(multiply(x, x), x), 0.044715))
+        inner = add(x, multiply(cast_constant(0.044715), pow(x, 3.0)))
         return multiply(multiply(x, 0.5), add(tanh(multiply(inner, 0.7978845608028654)), 1.0), name=name)
-    return multiply(multiply(x, 0.5), erfc(multiply(negative(x), 0.7071067811865476)), name=name)
+    return multiply(multiply(x, 0.5), erfc(multiply(negative(x), cast_constant(0.7071067811865476))), name=name)
 
 
 def silu(features, beta=1.0, name=None) -> Tensor:

@@ -429,13 +429,13 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None) -> Tensor:
 # ----- inverse trigonometric, hyperbolic and special functions -----
 
 def reciprocal(x, name=None) -> Tensor:
-    """Elementwise ``1 / x`` (``tf.math.reciprocal``); integer tensors divide as integers
-    (``1 / 2`` is 0), as TensorFlow's ``Reciprocal``.
+    """Elementwise ``1 / x`` (``tf.math.reciprocal``). Floating-point only (``TypeError``
+    otherwise: TensorFlow's CPU has no integer kernel).
 
     Gradient: ``-ct * y**2`` (TensorFlow's ``ReciprocalGrad``; ``-inf`` at 0).
     """
     x = convert_to_tensor(x)
-    require(x, "reciprocal", numeric=True)
+    require(x, "reciprocal", floating=True)
     return binary_op("stablehlo.divide", convert_to_tensor(1, x.dtype), x, name or "Reciprocal")
 
 
@@ -443,12 +443,21 @@ def atan2(y, x, name=None) -> Tensor:
     """Elementwise angle of the point ``(x, y)``, in ``[-pi, pi]`` (``tf.math.atan2``): note the
     order, ``y`` first. Broadcasts like numpy.
 
+    At the origin the result is ``±0`` or ``±pi`` by the signs of the zeros, as TensorFlow:
+    IREE 3.13's float32 ``atan2`` gives NaN there, so the origin is computed as ``atan2(y, ±1)``.
+
     Gradient: ``ct * x / (x**2 + y**2)`` for ``y``, ``-ct * y / (x**2 + y**2)`` for ``x`` (NaN at
     the origin, as TensorFlow).
     """
-    y, x = convert_pair(y, x, name or "Atan2")
+    name = name or "Atan2"
+    y, x = convert_pair(y, x, name)
     require(y, "atan2", floating=True)
-    return binary_op("stablehlo.atan2", y, x, name or "Atan2")
+    origin = logical_and(equal(y, 0), equal(x, 0))
+    one = convert_to_tensor(1, x.dtype)
+    # 1 / x is -inf for -0: the sign of a zero x, which no comparison sees.
+    unit = where(less(binary_op("stablehlo.divide", one, x, name), 0), negative(one), one)
+    at_origin = binary_op("stablehlo.atan2", y, where(origin, unit, x), name)
+    return where(origin, at_origin, binary_op("stablehlo.atan2", y, x, name), name=name)
 
 
 def asin(x, name=None) -> Tensor:

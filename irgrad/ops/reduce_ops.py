@@ -12,7 +12,7 @@ from .array_ops import gather, reshape, stop_gradient, transpose, zeros
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, element, emit,
                    normalize_axes, normalize_axis, require, run_time_sizes)
 from .math_ops import (abs, add, binary_op, cast, divide, divide_no_nan, equal, exp, floor, greater_equal, identity,
-                       is_finite, log, logical_and, logical_or, maximum, multiply, not_equal, pow, rsqrt, sqrt,
+                       is_finite, less, log, logical_and, logical_or, maximum, multiply, not_equal, pow, rsqrt, sqrt,
                        square, squared_difference, subtract, where)
 
 
@@ -586,8 +586,13 @@ def _segment_setup(data, segment_ids, num_segments, name: str) -> tuple[Tensor, 
 
 
 def _scatter_segments(kind: str, x: Tensor, ids: Tensor, num: int, name: str) -> Tensor:
-    """``stablehlo.scatter`` of ``x``'s slices into ``num`` segments (ids out of range dropped)."""
+    """``stablehlo.scatter`` of ``x``'s slices into ``num`` segments. An id outside ``[0, num)``
+    goes to one extra segment that is sliced off (IREE 3.13 writes out-of-bounds scatter
+    updates instead of dropping them), so its slice is dropped and gets no gradient."""
     x, ids = convert_to_tensor(x), convert_to_tensor(ids)  # captured when used by a gradient function
+    inside = logical_and(greater_equal(ids, convert_to_tensor(0, ids.dtype)),
+                         less(ids, convert_to_tensor(num, ids.dtype)))
+    ids = where(inside, ids, convert_to_tensor(num, ids.dtype))
     rest = list(x.shape[ids.ndim:])
     et = element(x.dtype)
     if kind == "add":
@@ -598,8 +603,12 @@ def _scatter_segments(kind: str, x: Tensor, ids: Tensor, num: int, name: str) ->
         fill = info(np_dtype).min if kind == "max" else info(np_dtype).max
     dims = {"update_window_dims": list(range(ids.ndim, x.ndim)), "inserted_window_dims": [0],
             "scatter_dims_to_operand_dims": [0], "index_vector_dim": ids.ndim}
-    return emit(name, lambda: hlo.scatter(hlo.splat(fill, tensor_type([num, *rest], et)), ids.value, x.value,
-                                          dims, kind))
+
+    def build():
+        out = hlo.scatter(hlo.splat(fill, tensor_type([num + 1, *rest], et)), ids.value, x.value, dims, kind)
+        return hlo.slice(out, [0] * (1 + len(rest)), [num, *rest], [1] * (1 + len(rest)))
+
+    return emit(name, build)
 
 
 def _positive_ids(ids: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
