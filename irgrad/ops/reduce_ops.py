@@ -634,7 +634,9 @@ def _segment_extreme(kind: str, x: Tensor, ids: Tensor, num: int, name: str) -> 
         clipped, positive = _positive_ids(ids, x)
         selected = logical_and(equal(x, _gather_drop_negatives(y, clipped, positive)), positive)
         counts = _scatter_segments("add", cast(selected, dy.dtype), ids, num, name)
-        shared = _gather_drop_negatives(divide(dy, counts), clipped, positive)
+        # divide_no_nan: an empty segment's count is 0 and no element reads it; its tangent (this
+        # function transposed) is then 0, not 0 / 0.
+        shared = _gather_drop_negatives(divide_no_nan(dy, counts), clipped, positive)
         return where(selected, shared, convert_to_tensor(0, x.dtype))
 
     return attach_gradient(current_graph(), y, [x], [], grad, name)
