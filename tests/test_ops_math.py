@@ -143,3 +143,19 @@ def _trace(fn, *args):
 def test_bad_arguments_raise_one_precise_error(fn, args, error, match):
     with pytest.raises(error, match=match):
         _trace(fn, *args)
+
+
+def test_the_op_table_lists_every_op_of_this_family():
+    """docs/reference/ops.md has a row (adjoint, tangent, batching, targets) for each op here."""
+    import inspect
+    from pathlib import Path
+
+    from irgrad.ops import activations
+
+    page = (Path(__file__).parents[1] / "docs" / "reference" / "ops.md").read_text()
+    ops = {n for n, v in vars(activations).items() if inspect.isfunction(v) and not n.startswith("_")
+           and v.__module__ == activations.__name__}
+    ops |= {n for group in GROUPS for n in group.__code__.co_names} - {"ig", "nn", "math", "np", "inf", "transpose",
+                                                                       "reduce_sum", "array", "int32"}
+    missing = sorted(n for n in ops if f"`{n}`" not in page)
+    assert not missing, f"docs/reference/ops.md has no row for {missing}"

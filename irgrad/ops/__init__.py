@@ -3,9 +3,6 @@ from ..framework import Tensor
 from .array_ops import (broadcast_to, concat, constant, expand_dims, fill, gather, getitem, one_hot, ones,
                         ones_like, rank, reshape, shape, size, slice, squeeze, stop_gradient, transpose,
                         unstack, zeros, zeros_like)
-from .activations import (elu, gelu, l2_loss, leaky_relu, log_poisson_loss, log_sigmoid, relu6, selu,
-                          sigmoid_cross_entropy_with_logits, silu, softsign, sparse_softmax_cross_entropy_with_logits,
-                          swish, weighted_cross_entropy_with_logits)
 from .control_flow import cond, while_loop
 from .core import convert_to_tensor, stack
 from .math_ops import (abs, add, cast, ceil, clip_by_value, cos, divide, equal, erf, exp, expm1, floor,
@@ -13,15 +10,12 @@ from .math_ops import (abs, add, cast, ceil, clip_by_value, cos, divide, equal, 
                        logical_and, logical_not, logical_or, maximum, minimum, mod, multiply, negative,
                        not_equal, pow, round, rsqrt, sigmoid, sign, sin, sqrt, square, subtract, tan,
                        tanh, where)
-from .math_ops import (acos, acosh, add_n, asin, asinh, atan, atan2, atanh, cosh, digamma, divide_no_nan, erfc,
-                       erfinv, is_finite, is_inf, is_nan, lgamma, multiply_no_nan, reciprocal, sinh, squared_difference,
-                       xdivy, xlogy)
+# TensorFlow's top-level names among the issue-42 ops; the others are in ig.math and ig.nn only
+# (irgrad/math.py, irgrad/nn.py), as in TensorFlow.
+from .math_ops import acos, acosh, add_n, asin, asinh, atan, atan2, atanh, cosh, sinh
 from .reduce_ops import (einsum, matmul, reduce_all, reduce_any, reduce_max, reduce_mean, reduce_min,
                          reduce_prod, reduce_sum)
-from .reduce_ops import (argmax, argmin, cumprod, cumsum, cumulative_logsumexp, l2_normalize, moments, norm,
-                         reduce_euclidean_norm, reduce_logsumexp, reduce_std, reduce_variance, segment_max,
-                         segment_mean, segment_min, segment_sum, unsorted_segment_max, unsorted_segment_mean,
-                         unsorted_segment_min, unsorted_segment_sum)
+from .reduce_ops import argmax, argmin, cumsum, norm, reduce_logsumexp
 
 
 def _reflect(f):
@@ -67,6 +61,5 @@ __all__ = [
     "sign", "sin", "size", "slice", "sqrt", "square", "squeeze", "stack", "stop_gradient", "subtract", "tan",
     "tanh", "Tensor", "transpose", "unstack", "where", "while_loop", "zeros", "zeros_like"
 ]
-# TensorFlow's top-level names among the math ops (the rest are in ig.math and ig.nn only, as in TensorFlow).
 __all__ += ["acos", "acosh", "add_n", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "cosh",
             "cumsum", "norm", "reduce_logsumexp", "sinh"]

@@ -12,7 +12,7 @@ from .array_ops import gather, reshape, stop_gradient, transpose, zeros
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, element, emit,
                    normalize_axes, normalize_axis, require, run_time_sizes)
 from .math_ops import (abs, add, binary_op, cast, divide, divide_no_nan, equal, exp, floor, greater_equal, identity,
-                       is_finite, less, log, logical_and, logical_or, maximum, multiply, not_equal, pow, rsqrt, sqrt,
+                       is_finite, less, log, logical_and, maximum, multiply, not_equal, pow, rsqrt, sqrt,
                        square, squared_difference, subtract, where)
 
 
@@ -260,7 +260,7 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None) -> Tens
     require(x, name, floating=True)
     axes = normalize_axes(axis, x.ndim, name)
     raw_max = reduce_max(x, axes, keepdims=True)
-    my_max = stop_gradient(where(is_finite(raw_max), raw_max, 0.0 if x.dtype.is_floating else 0))
+    my_max = stop_gradient(where(is_finite(raw_max), raw_max, 0.0))
     result = log(reduce_sum(exp(subtract(x, my_max)), axes, keepdims=keepdims))
     if not keepdims:
         my_max = reshape(my_max, [d for i, d in enumerate(x.shape) if i not in axes])
@@ -423,19 +423,21 @@ def _arg_reduce(kind: str, x, axis, output_type, name: str) -> Tensor:
     n = x.shape[axis]
     if n is None:
         raise ValueError(f"{name}: the size of axis {axis} must be known when tracing")
-    best = (reduce_max if kind == "max" else reduce_min)(x, axis, keepdims=True)
+    reduce = reduce_max if kind == "max" else reduce_min
+    if x.dtype.is_floating:  # TensorFlow's kernel skips NaNs (its comparisons with them are false)
+        x = where(not_equal(x, x), float("-inf") if kind == "max" else float("inf"), x)
+    best = reduce(x, axis, keepdims=True)
     shape = [1] * x.ndim
     shape[axis] = n
     index = reshape(emit(name, lambda: hlo.iota([n], element(output_type), 0)), shape)
-    hit = equal(x, best)
-    if x.dtype.is_floating:  # a NaN is the result of max/min: its first position wins
-        hit = logical_or(hit, not_equal(x, x))
-    return reduce_min(where(hit, index, convert_to_tensor(n, output_type)), axis, name=name)
+    # (all NaN: every position holds the masked value, so the answer is 0, as TensorFlow's)
+    return reduce_min(where(equal(x, best), index, convert_to_tensor(n, output_type)), axis, name=name)
 
 
 def argmax(input, axis=None, output_type=dtypes.int64, name=None) -> Tensor:  # noqa: A002
     """The index of the largest value along ``axis`` (``tf.math.argmax``); ``axis=None`` means 0,
-    as TensorFlow. Ties give the smallest index; a NaN counts as the largest value.
+    as TensorFlow. Ties give the smallest index; NaNs are skipped (0 when all are NaN), as
+    TensorFlow's kernel.
 
     Args:
         input: a numeric tensor of rank >= 1.
@@ -450,7 +452,7 @@ def argmax(input, axis=None, output_type=dtypes.int64, name=None) -> Tensor:  # 
 
 def argmin(input, axis=None, output_type=dtypes.int64, name=None) -> Tensor:  # noqa: A002
     """The index of the smallest value along ``axis`` (``tf.math.argmin``); ``axis=None`` means 0.
-    Ties give the smallest index; a NaN counts as the smallest value. Not differentiable."""
+    Ties give the smallest index; NaNs are skipped, as ``argmax``. Not differentiable."""
     return _arg_reduce("min", input, axis, output_type, name or "ArgMin")
 
 
