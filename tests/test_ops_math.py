@@ -120,6 +120,8 @@ def _trace(fn, *args):
 @pytest.mark.parametrize("fn,args,error,match", [
     (lambda x, i: ig.math.segment_sum(x, i), (X, np.array([0, 1], np.int32)), ValueError, "known when tracing"),
     (lambda x: ig.math.segment_max(x, [1, 0]), (X,), ValueError, "sorted and non-negative"),
+    (lambda x, n: ig.math.unsorted_segment_max(x, [1, 0], n), (X, np.int32(2)), ValueError, "known when tracing"),
+    (lambda x: ig.math.segment_sum(x, [[0, 1]]), (X,), ValueError, "1-D"),
     (lambda x: ig.math.unsorted_segment_sum(x, [0, 1, 1], 2), (X,), ValueError, "prefix"),
     (lambda x: ig.math.unsorted_segment_sum(x, [0.0, 1.0], 2), (X,), TypeError, "int32 or int64"),
     (lambda x: ig.add_n([x, x[0]]), (X,), ValueError, "same shape"),
@@ -143,6 +145,19 @@ def _trace(fn, *args):
 def test_bad_arguments_raise_one_precise_error(fn, args, error, match):
     with pytest.raises(error, match=match):
         _trace(fn, *args)
+
+
+def test_segment_ids_and_counts_given_as_constant_tensors():
+    """Sorted segment ids (and num_segments) may be constants of the graph, a splat included."""
+    @ig.function
+    def f(x):
+        return (ig.math.segment_sum(x, ig.constant([0, 0, 1])), ig.math.segment_mean(x, ig.zeros([3], ig.int32)),
+                ig.math.unsorted_segment_sum(x, [0, 1, 1], ig.constant(2)))
+
+    a, b, c = f(np.array([1.0, 2.0, 3.0], np.float32))
+    np.testing.assert_array_equal(a, [3.0, 3.0])
+    np.testing.assert_array_equal(b, [2.0])
+    np.testing.assert_array_equal(c, [1.0, 5.0])
 
 
 def test_the_op_table_lists_every_op_of_this_family():

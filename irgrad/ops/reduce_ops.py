@@ -8,7 +8,7 @@ from ..framework import Tensor
 from ..passes.ir import hlo
 from ..custom_gradient import attach_gradient
 from ..passes.ir.mlir import ir, tensor_type
-from .array_ops import gather, reshape, stop_gradient, transpose, zeros
+from .array_ops import gather, ones_like, reshape, stop_gradient, transpose, zeros
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, element, emit,
                    normalize_axes, normalize_axis, require, run_time_sizes)
 from .math_ops import (abs, add, binary_op, cast, divide, divide_no_nan, equal, exp, floor, greater_equal, identity,
@@ -494,7 +494,9 @@ def _scan(x: Tensor, axis, kind: str, exclusive: bool, reverse: bool, name: str)
 def cumsum(x, axis=0, exclusive=False, reverse=False, name=None) -> Tensor:
     """The cumulative sum along ``axis`` (``tf.math.cumsum``): ``[a, b, c]`` gives
     ``[a, a + b, a + b + c]``; ``exclusive`` gives ``[0, a, a + b]``, ``reverse`` scans from the
-    end (``[a + b + c, b + c, c]``). Numeric tensors; ``axis`` a Python int.
+    end (``[a + b + c, b + c, c]``). Numeric tensors; ``axis`` a Python int. The window spans the
+    axis, so the work grows with the square of its length (fine for sequence lengths in the
+    thousands).
 
     Gradient: ``cumsum(ct, axis, exclusive, not reverse)`` (TensorFlow's ``_CumsumGrad``).
     """
@@ -557,10 +559,8 @@ def _static_ids(segment_ids) -> np.ndarray | None:
         owner = segment_ids.value.owner if isinstance(segment_ids.value, ir.OpResult) else None
         if owner is None or owner.name != "stablehlo.constant":
             return None
-        dense = ir.DenseIntElementsAttr(owner.attributes["value"])
-        values = [int(v) for v in dense]
-        size = int(np.prod(segment_ids.shape, dtype=np.int64))
-        return np.array(values * size if dense.is_splat else values, np.int64).reshape(tuple(segment_ids.shape))
+        values = [int(v) for v in ir.DenseIntElementsAttr(owner.attributes["value"])]  # a splat too: every element
+        return np.array(values, np.int64).reshape(tuple(segment_ids.shape))
     if hasattr(segment_ids, "_as_graph_tensor"):
         return None
     return np.asarray(segment_ids)
@@ -690,13 +690,9 @@ def unsorted_segment_min(data, segment_ids, num_segments, name=None) -> Tensor:
 
 def _segment_counts(x: Tensor, ids: Tensor, num: int) -> Tensor:
     """max(number of ids in each segment, 1), shaped to broadcast against the result."""
-    ones = _ones_of(ids, x.dtype)
+    ones = ones_like(ids, dtype=x.dtype)
     counts = maximum(_scatter_segments("add", ones, ids, num, "segment_count"), convert_to_tensor(1, x.dtype))
     return reshape(counts, [num] + [1] * (x.ndim - ids.ndim))
-
-
-def _ones_of(ids: Tensor, dtype) -> Tensor:
-    return add(cast(multiply(ids, convert_to_tensor(0, ids.dtype)), dtype), convert_to_tensor(1, dtype))
 
 
 def unsorted_segment_mean(data, segment_ids, num_segments, name=None) -> Tensor:
