@@ -5,7 +5,7 @@ from .. import dtypes
 from ..custom_gradient import attach_gradient
 from ..framework import Tensor
 from ..passes.ir import hlo
-from .array_ops import broadcast_to
+from .array_ops import broadcast_to, stop_gradient
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, element,
                    emit, require)
 
@@ -443,8 +443,10 @@ def atan2(y, x, name=None) -> Tensor:
     """Elementwise angle of the point ``(x, y)``, in ``[-pi, pi]`` (``tf.math.atan2``): note the
     order, ``y`` first. Broadcasts like numpy.
 
-    At the origin the result is ``±0`` or ``±pi`` by the signs of the zeros, as TensorFlow:
-    IREE 3.13's float32 ``atan2`` gives NaN there, so the origin is computed as ``atan2(y, ±1)``.
+    At the origin the result is ``±0`` or ``±pi`` by the signs of the zeros, and ``atan2(-0, x < 0)``
+    is ``-pi``, as TensorFlow: IREE 3.13's float32 ``atan2`` gives NaN at the origin and ``+pi``
+    for ``y = -0``, so the origin is computed as ``atan2(y, ±1)`` and a ``+pi`` for ``y = -0`` is
+    negated (a constant correction: the gradient is untouched).
 
     Gradient: ``ct * x / (x**2 + y**2)`` for ``y``, ``-ct * y / (x**2 + y**2)`` for ``x`` (NaN at
     the origin, as TensorFlow).
@@ -452,12 +454,16 @@ def atan2(y, x, name=None) -> Tensor:
     name = name or "Atan2"
     y, x = convert_pair(y, x, name)
     require(y, "atan2", floating=True)
-    origin = logical_and(equal(y, 0), equal(x, 0))
+    zero_y = equal(y, 0)
+    origin = logical_and(zero_y, equal(x, 0))
     one = convert_to_tensor(1, x.dtype)
-    # 1 / x is -inf for -0: the sign of a zero x, which no comparison sees.
-    unit = where(less(binary_op("stablehlo.divide", one, x, name), 0), negative(one), one)
+    # 1 / v is -inf for v = -0: the sign of a zero, which no comparison sees.
+    negative_zero = lambda v: less(binary_op("stablehlo.divide", one, v, name), 0)  # noqa: E731
+    unit = where(negative_zero(x), negative(one), one)
     at_origin = binary_op("stablehlo.atan2", y, where(origin, unit, x), name)
-    return where(origin, at_origin, binary_op("stablehlo.atan2", y, x, name), name=name)
+    angle = where(origin, at_origin, binary_op("stablehlo.atan2", y, x, name))
+    wrong_sign = logical_and(logical_and(zero_y, negative_zero(y)), greater(angle, 0))
+    return add(angle, where(wrong_sign, multiply(stop_gradient(angle), -2.0), 0.0), name=name)
 
 
 def asin(x, name=None) -> Tensor:
