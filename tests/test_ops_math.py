@@ -126,6 +126,7 @@ def _trace(fn, *args):
     (lambda x: ig.math.unsorted_segment_sum(x, [0.0, 1.0], 2), (X,), TypeError, "int32 or int64"),
     (lambda x: ig.add_n([x, x[0]]), (X,), ValueError, "same shape"),
     (lambda x: ig.add_n([]), (X,), ValueError, "non-empty"),
+    (lambda x: ig.add_n(x), (X,), TypeError, "list or tuple"),
     (lambda x: ig.norm(x, ord=2, axis=[0, 1]), (X,), ValueError, "singular value"),
     (lambda x: ig.norm(x, ord=-1), (X,), ValueError, "supported vector norm"),
     (lambda x: ig.norm(x, axis=[0, 0]), (X,), ValueError, "unique integers"),
@@ -158,6 +159,27 @@ def test_segment_ids_and_counts_given_as_constant_tensors():
     np.testing.assert_array_equal(a, [3.0, 3.0])
     np.testing.assert_array_equal(b, [2.0])
     np.testing.assert_array_equal(c, [1.0, 5.0])
+
+
+def test_moments_of_float16_and_labels_out_of_range():
+    """moments of float16 are computed in float32 and cast back (TensorFlow's rule); a sparse label
+    outside [0, classes) gives a NaN loss for its row (TensorFlow's GPU kernel; its CPU one raises)."""
+    h = (np.arange(12, dtype=np.float16) / 4).reshape(3, 4)
+    logits = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, 0.0], [0.2, 0.3, 0.1]], np.float32)
+
+    @ig.function
+    def f(h, logits):
+        mean, var = ig.nn.moments(h, axes=[1], keepdims=True)
+        loss = ig.nn.sparse_softmax_cross_entropy_with_logits(labels=np.array([2, 3, -1], np.int32), logits=logits)
+        return mean, var, loss
+
+    mean, var, loss = f(h, logits)
+    assert mean.dtype == np.float16 and var.dtype == np.float16 and mean.shape == (3, 1)
+    np.testing.assert_allclose(mean[:, 0], h.astype(np.float32).mean(1), rtol=1e-3)
+    np.testing.assert_allclose(var[:, 0], h.astype(np.float32).var(1), rtol=1e-3)
+    shifted = logits[0] - logits[0].max()
+    np.testing.assert_allclose(loss[0], -(shifted[2] - np.log(np.exp(shifted).sum())), rtol=1e-6)
+    assert np.isnan(loss[1]) and np.isnan(loss[2])
 
 
 def test_the_op_table_lists_every_op_of_this_family():

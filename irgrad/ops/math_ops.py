@@ -683,13 +683,13 @@ def add_n(inputs, name=None) -> Tensor:
 
     Raises:
         ValueError: an empty list, or shapes that differ (``add_n`` does not broadcast).
-        TypeError: mixed dtypes.
+        TypeError: mixed dtypes, or ``inputs`` not a list or tuple.
 
     Gradient: ``ct`` to every input.
     """
     name = name or "AddN"
-    if isinstance(inputs, Tensor) or not isinstance(inputs, (list, tuple)):
-        inputs = [inputs]
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"add_n: inputs must be a list or tuple of tensors, got {type(inputs).__name__}")
     if not inputs:
         raise ValueError("add_n: inputs must be a non-empty list of tensors")
     tensors = [convert_to_tensor(t) for t in inputs]
