@@ -8,12 +8,12 @@ from ..framework import Tensor
 from ..passes.ir import hlo
 from ..custom_gradient import attach_gradient
 from ..passes.ir.mlir import ir, tensor_type
-from .array_ops import gather, ones_like, reshape, stop_gradient, transpose, zeros
+from .array_ops import concat, fill, gather, ones_like, reshape, slice, stop_gradient, transpose, zeros
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, element, emit,
                    normalize_axes, normalize_axis, require, run_time_sizes)
-from .math_ops import (abs, add, binary_op, cast, divide, divide_no_nan, equal, exp, floor, greater_equal, identity,
-                       is_finite, less, log, logical_and, maximum, multiply, not_equal, pow, rsqrt, sqrt,
-                       square, squared_difference, subtract, where)
+from .math_ops import (abs, add, binary_op, cast, divide, divide_no_nan, equal, exp, floor, greater, greater_equal,
+                       identity, is_finite, less, log, log1p, logical_and, maximum, multiply, negative, not_equal, pow,
+                       rsqrt, sqrt, square, squared_difference, subtract, where)
 
 
 def _reduce(kind: str, input_tensor, axis, keepdims: bool, name: str) -> Tensor:
@@ -531,13 +531,13 @@ def cumulative_logsumexp(x, axis=0, exclusive=False, reverse=False, name=None) -
     """``log(cumsum(exp(x)))`` along ``axis`` (``tf.math.cumulative_logsumexp``); ``exclusive``
     (the first element is ``-inf``) and ``reverse`` as ``cumsum``. Floating-point only.
 
-    The maximum along ``axis`` is subtracted before ``exp`` and added back (a stopped
-    constant), so large values do not overflow; a prefix whose elements all lie more than
-    about 87 (float32; 708 for float64) below that maximum underflows to ``-inf``, where
-    TensorFlow's pairwise kernel stays finite.
+    Computed as TensorFlow's kernel does, without overflow or underflow: ``log(e^a + e^b) =
+    max(a, b) + log1p(exp(-|a - b|))`` combined over the axis in ``ceil(log2(n))`` steps
+    (Hillis-Steele: step ``k`` combines each element with the one ``2^k`` before it).
 
-    Gradient: ``sum_{i >= j} ct_i exp(x_j - y_i)`` (reversed for ``reverse``), the value of
-    TensorFlow's ``_CumulativeLogsumexpGrad``.
+    Gradient (TensorFlow's ``_CumulativeLogsumexpGrad``, kept by a custom-gradient composite):
+    ``exp(cumulative_logsumexp(log(ct+) - y, reversed) + x) - exp(cumulative_logsumexp(log(ct-)
+    - y, reversed) + x)``, the positive and negative parts of ``ct`` taken apart in log space.
     """
     name = name or "CumulativeLogsumexp"
     x = convert_to_tensor(x)
@@ -545,10 +545,50 @@ def cumulative_logsumexp(x, axis=0, exclusive=False, reverse=False, name=None) -
     if isinstance(axis, Tensor):
         raise TypeError(f"{name}: axis must be a Python int, not a tensor")
     axis = normalize_axis(int(axis), x.ndim, name)
-    raw_max = reduce_max(x, axis, keepdims=True)
-    shift = stop_gradient(where(is_finite(raw_max), raw_max, 0.0))
-    total = cumsum(exp(subtract(x, shift)), axis, exclusive=exclusive, reverse=reverse)
-    return add(log(total), shift, name=name)
+    if x.shape[axis] is None:
+        raise ValueError(f"{name}: the size of axis {axis} must be known when tracing")
+    y = _logsumexp_scan(x, axis, exclusive, reverse)
+    lowest = float(np.finfo(np.float32 if x.dtype == dtypes.bfloat16 else x.dtype.as_numpy_dtype).min)
+
+    def grad(dy):
+        log_pos = where(greater(dy, 0), log(dy), lowest)
+        log_neg = where(less(dy, 0), log(negative(dy)), lowest)
+        back = lambda g: exp(add(_logsumexp_scan(subtract(g, y), axis, exclusive, not reverse), x))  # noqa: E731
+        return subtract(back(log_pos), back(log_neg))
+
+    return attach_gradient(current_graph(), y, [x], [], grad, name)
+
+
+def _log_add_exp(a: Tensor, b: Tensor) -> Tensor:
+    m = maximum(a, b)
+    return where(equal(m, float("-inf")), m, add(m, log1p(exp(negative(abs(subtract(a, b)))))))
+
+
+def _shifted(x: Tensor, axis: int, k: int, reverse: bool) -> Tensor:
+    """``x`` moved ``k`` places along ``axis`` (towards the end; the start with ``reverse``),
+    ``-inf`` filling the places vacated."""
+    n = x.shape[axis]
+    pad_shape = [min(k, n) if i == axis else d for i, d in enumerate(x.shape)]
+    filler = cast(fill(pad_shape, np.float32(-np.inf)), x.dtype)
+    if k >= n:
+        return filler
+    begin = [0] * x.ndim
+    size = [-1] * x.ndim
+    size[axis] = n - k
+    if reverse:
+        begin[axis] = k
+        return concat([slice(x, begin, size), filler], axis)
+    return concat([filler, slice(x, begin, size)], axis)
+
+
+def _logsumexp_scan(x: Tensor, axis: int, exclusive: bool, reverse: bool) -> Tensor:
+    n, k = x.shape[axis], 1
+    if exclusive:
+        x = _shifted(x, axis, 1, reverse)
+    while k < n:
+        x = _log_add_exp(x, _shifted(x, axis, k, reverse))
+        k *= 2
+    return x
 
 
 # ----- segments -----
