@@ -24,8 +24,23 @@ if [ -z "$build" ]; then build="$root/$arch"; fi
 jobs="${IRGRAD_C_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
-source_flag=()
-if [ -n "${IRGRAD_IREE_SOURCE:-}" ]; then source_flag=(-DIRGRAD_IREE_SOURCE="$IRGRAD_IREE_SOURCE"); fi
+# IREE's source: IRGRAD_IREE_SOURCE, else shared/iree-runtime beside the repository (or beside
+# the main checkout, for a git worktree).
+source="${IRGRAD_IREE_SOURCE:-}"
+if [ -z "$source" ]; then
+  repo="$(dirname "$here")"
+  main_repo="$(dirname "$(git -C "$repo" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || echo "$repo/.git")")"
+  for candidate in "$repo/../shared/iree-runtime/iree-runtime-src.tar.xz" \
+                   "$main_repo/../shared/iree-runtime/iree-runtime-src.tar.xz"; do
+    if [ -f "$candidate" ]; then source="$(cd "$(dirname "$candidate")" && pwd)/$(basename "$candidate")"; break; fi
+  done
+fi
+if [ -z "$source" ]; then
+  echo "c/build.sh: IREE's source not found: set IRGRAD_IREE_SOURCE (docs/guides/embedding-c.md)" >&2
+  exit 1
+fi
+source_flag=(-DIRGRAD_IREE_SOURCE="$source")
+case "$source" in *iree-runtime-src.tar.xz) source_flag+=(-DIRGRAD_IREE_REVISION=b48a5955) ;; esac
 targets=(irgrad irgrad_train iree_runtime_unified flatcc_parsing)
 
 cross=()

@@ -142,7 +142,8 @@ def _call_body(lookup: str, args: list[_Param], results: list[_Param], call: str
             lines.append("  };")
     a = "irgrad_args" if args else "NULL"
     r = "irgrad_results" if results else "NULL"
-    lines.append(f"  irgrad_status irgrad_s = {call.format(args=a, n_args=len(args), results=r, n_results=len(results))};")
+    invocation = call.format(args=a, n_args=len(args), results=r, n_results=len(results))
+    lines.append(f"  irgrad_status irgrad_s = {invocation};")
     for k, p in enumerate(results):
         lines += p.shape_back(f"irgrad_results[{k}]")
     lines.append("  return irgrad_s;")
@@ -259,7 +260,8 @@ def c_header(metadata: dict[str, Any], prefix: str, *, source: str = "", vmfb: b
                   "#else", f"static const unsigned char {prefix}_vmfb[{len(vmfb)}] __attribute__((aligned(64))) = {{",
                   "#endif", *_bytes_literal(vmfb), "};", "",
                   "/* Opens the embedded artifact on `driver` (NULL: the default). */",
-                  f"static inline irgrad_status {prefix}_open_embedded(const char* driver, irgrad_module** irgrad_out) {{",
+                  f"static inline irgrad_status {prefix}_open_embedded(const char* driver, "
+                  "irgrad_module** irgrad_out) {{",
                   f"  irgrad_status irgrad_s = irgrad_module_open_bytes({prefix}_vmfb, sizeof({prefix}_vmfb), driver, "
                   "irgrad_out);",
                   f"  return irgrad_s == IRGRAD_OK ? {prefix}_check(irgrad_out) : irgrad_s;", "}", ""]
