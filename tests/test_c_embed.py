@@ -323,3 +323,118 @@ def test_c_training_on_aarch64_under_qemu(c_build, tmp_path):
     got = np.frombuffer((tmp_path / "out.bin").read_bytes(), np.float32)
     np.testing.assert_allclose(got, np.concatenate([p.ravel() for p in host.params()]), rtol=1e-5, atol=1e-6)
     print(f"aarch64 examples/c/train: {train.stat().st_size:,} bytes")
+
+
+# ----- the version gap: IREE b48a5955's runtime (HAL module 7, VM bytecode 17.0) and artifacts of
+# the pinned 3.13 compiler --------------------------------------------------------------------
+
+_DTYPE_CODES = {name: code for code, name in enumerate(
+    ["invalid", "float16", "bfloat16", "float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8",
+     "uint16", "uint32", "uint64", "complex64", "complex128"])}
+
+
+def _write_arrays(path: Path, arrays: list[np.ndarray]) -> None:
+    parts = [np.uint32(len(arrays)).tobytes()]
+    for a in arrays:
+        a = np.asarray(a, order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
+        parts += [np.uint32(_DTYPE_CODES[a.dtype.name]).tobytes(), np.uint32(a.ndim).tobytes(),
+                  np.array(a.shape, np.int64).tobytes(), np.uint64(a.nbytes).tobytes(), a.tobytes()]
+    path.write_bytes(b"".join(parts))
+
+
+def _read_arrays(path: Path) -> list[np.ndarray]:
+    data, at = path.read_bytes(), 4
+    names = {code: name for name, code in _DTYPE_CODES.items()}
+    arrays = []
+    for _ in range(int(np.frombuffer(data[:4], np.uint32)[0])):
+        dtype, rank = np.frombuffer(data[at:at + 8], np.uint32)
+        shape = tuple(np.frombuffer(data[at + 8:at + 8 + 8 * int(rank)], np.int64))
+        at += 8 + 8 * int(rank)
+        nbytes = int(np.frombuffer(data[at:at + 8], np.uint64)[0])
+        arrays.append(np.frombuffer(data[at + 8:at + 8 + nbytes], names[int(dtype)]).reshape(shape))
+        at += 8 + nbytes
+    return arrays
+
+
+@pytest.fixture(scope="session")
+def call_tool(c_build, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("c_call")
+    return _compile_c(c_build, ROOT / "tests" / "c" / "call.c", out / "call")
+
+
+def _c_call(tool: Path, vmfb: Path, function: str, args: list[np.ndarray], work: Path, device: str = "local-sync"):
+    _write_arrays(work / "args.bin", args)
+    done = subprocess.run([str(tool), str(vmfb), function, device, str(work / "args.bin"), str(work / "out.bin")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return _read_arrays(work / "out.bin")
+
+
+def _version_gap_cases(artifacts: dict[str, Path], out: Path):
+    """(label, artifact, function, arguments): a gradient, each optimizer's training step, a
+    dynamic batch, a while loop, a Hessian."""
+    args = example_inputs()
+    yield "gradient", artifacts["grad"], "loss_grad", args
+    forward = loss.lower().mlir
+    momentum = ig.compile(ig.passes.differentiate(forward, "loss", wrt=[2, 3, 4, 5], grad=False, train="momentum"))
+    artifacts = {**artifacts, "momentum": momentum.save(out / "mlp_momentum.vmfb")}
+    for optimizer in ("sgd", "momentum", "adam"):
+        sig = ig.load(artifacts[optimizer]).functions["loss_train_step"]
+        state = [np.full(t.shape, 3 if t.dtype == "int32" else 0.25, t.dtype) for t in sig.inputs[6:]]
+        yield f"train {optimizer}", artifacts[optimizer], "loss_train_step", args + state
+
+    @ig.function(input_signature=[ig.TensorSpec([None, 4], name="x"), ig.TensorSpec([4, 3], name="w")])
+    def batch_loss(x, w):
+        return ig.reduce_sum(ig.tanh(x @ w))
+
+    dynamic = ig.compile(ig.passes.differentiate(batch_loss.lower().mlir, "batch_loss", with_value=True))
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    for batch in (1, 5):
+        yield f"dynamic batch {batch}", dynamic.save(out / "dynamic.vmfb"), "batch_loss_grad", \
+            [rng.standard_normal((batch, 4)).astype(np.float32), w]
+    data = np.load(FIXTURES / "jax" / "while_newton.npz")
+    loop = ig.compile(ig.passes.differentiate((FIXTURES / "jax" / "while_newton.mlir").read_text(), "main"))
+    yield "while loop", loop.save(out / "while.vmfb"), "main_grad", [data["arg0"], data["arg1"]]
+
+    @ig.function(input_signature=[ig.TensorSpec([3], name="x"), ig.TensorSpec([3], name="a")])
+    def energy(x, a):
+        return ig.reduce_sum(ig.tanh(a * x) * x * ig.reduce_sum(x))
+
+    hessian = ig.compile(ig.passes.differentiate(energy.lower().mlir, "energy", wrt=[0], grad=False, hessian=True))
+    yield "hessian", hessian.save(out / "hessian.vmfb"), "energy_hessian", \
+        [rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+
+
+def test_version_gap_every_artifact_kind_runs_bit_for_bit(artifacts, call_tool, tmp_path):
+    """Artifacts of irgrad's pinned compiler run on the C runtime built from IREE b48a5955 (the
+    same HAL module and bytecode versions): every kind gives ig.load's numbers bit for bit."""
+    ran = []
+    for label, vmfb, function, args in _version_gap_cases(artifacts, tmp_path):
+        got = _c_call(call_tool, vmfb, function, args, tmp_path)
+        want = ig.load(vmfb, device="local-sync")[function].call_flat(*args)
+        assert len(got) == len(want), label
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype, (label, g.shape, w.shape)
+            assert g.tobytes() == np.ascontiguousarray(w).tobytes(), label
+        ran.append(label)
+    assert len(ran) == 8
+
+
+def test_version_gap_a_newer_hal_module_is_refused_naming_versions(artifacts, call_tool, tmp_path):
+    """An artifact that needs a HAL module newer than this runtime's (the module's declared
+    dependency raised from 7 to 8) is refused at load, naming the compiler, the versions and
+    the runtime's revision; IREE's own message for it would only say 'version mismatch'."""
+    data = artifacts["grad"].read_bytes()
+    # The module's dependency table for 'hal': the offset of its name (8 bytes on), its
+    # minimum_version (7), then the name itself.
+    needle = np.array([8, 7, 3], np.uint32).tobytes() + b"hal\0"
+    assert data.count(needle) == 1
+    (tmp_path / "newer.vmfb").write_bytes(data.replace(needle, np.array([8, 8, 3], np.uint32).tobytes() + b"hal\0"))
+    _write_arrays(tmp_path / "args.bin", example_inputs())
+    done = subprocess.run([str(call_tool), str(tmp_path / "newer.vmfb"), "loss_grad", "local-sync",
+                           str(tmp_path / "args.bin"), str(tmp_path / "out.bin")], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stdout.startswith("IRGRAD_ERROR_VERSION this artifact was built by IREE compiler 3.13"), done.stdout
+    assert "needs IREE's hal module version 8; this runtime, IREE 3.12.0.dev" in done.stdout
+    assert "(HAL module 7, VM bytecode 17.0), has version 7" in done.stdout
