@@ -10,7 +10,7 @@
 #   host build (built first, into BUILD_DIR's sibling "host") lends it IREE's build tools.
 # Needs CMake >= 3.26 (pip install cmake), ninja (or make) and a C compiler.
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
+here="$(cd "$(dirname "$0")" && pwd -P)"
 arch=host
 build=""
 for arg in "$@"; do

@@ -261,7 +261,7 @@ def c_header(metadata: dict[str, Any], prefix: str, *, source: str = "", vmfb: b
                   "#endif", *_bytes_literal(vmfb), "};", "",
                   "/* Opens the embedded artifact on `driver` (NULL: the default). */",
                   f"static inline irgrad_status {prefix}_open_embedded(const char* driver, "
-                  "irgrad_module** irgrad_out) {{",
+                  "irgrad_module** irgrad_out) {",
                   f"  irgrad_status irgrad_s = irgrad_module_open_bytes({prefix}_vmfb, sizeof({prefix}_vmfb), driver, "
                   "irgrad_out);",
                   f"  return irgrad_s == IRGRAD_OK ? {prefix}_check(irgrad_out) : irgrad_s;", "}", ""]
