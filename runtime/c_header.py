@@ -106,7 +106,8 @@ class _Param:
         if self.dynamic:
             count = " * ".join(f"(size_t){self.name}_shape[{k}]" for k in range(rank))
             nbytes = f"{self.name}_capacity * sizeof({self.ctype})" if self.output else f"{count} * {size}"
-            shape = ", ".join(f"{self.name}_shape[{k}]" for k in range(rank))
+            # (a result's shape is the call's to write, not read)
+            shape = "0" if self.output else ", ".join(f"{self.name}_shape[{k}]" for k in range(rank))
         else:
             elements = 1
             for d in self.t.shape:

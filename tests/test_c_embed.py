@@ -240,6 +240,72 @@ def test_c_errors_are_codes_and_messages(c_build, artifacts, tmp_path):
     assert "in the header: the header was generated for another artifact" in done.stdout
 
 
+_DYNAMIC_APP = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "dyn.h"
+/* dyn ARTIFACT BATCH IN.bin OUT.bin [ROOM]: batch_loss_grad on a batch of BATCH rows (x, then w),
+ * d_x given room for ROOM rows (default 64). */
+int main(int argc, char** argv) {
+  size_t room = argc > 5 ? (size_t)atoi(argv[5]) : 64;
+  int64_t batch = atoll(argv[2]), x_shape[2] = {batch, 4}, d_x_shape[2] = {-1, -1};
+  static float x[64][4], w[4][3], value, d_x[64][4], d_w[4][3];
+  FILE* in = fopen(argv[3], "rb");
+  if (batch < 1 || batch > 64 || room > 64 || !in || fread(x, sizeof(float), (size_t)batch * 4, in) != (size_t)batch * 4 || fread(w, sizeof(w), 1, in) != 1) {
+    return 2;
+  }
+  fclose(in);
+  irgrad_module* m;
+  irgrad_status s = dyn_open(argv[1], "local-sync", &m);
+  if (s == IRGRAD_OK) s = dyn_batch_loss_grad(m, &x[0][0], x_shape, w, &value, &d_x[0][0], d_x_shape, room * 4, d_w);
+  if (s != IRGRAD_OK) {
+    printf("%s %s\n", irgrad_status_name(s), irgrad_last_error());
+    return 1;
+  }
+  printf("d_x shape %lld %lld\n", (long long)d_x_shape[0], (long long)d_x_shape[1]);
+  FILE* out = fopen(argv[4], "wb");
+  fwrite(&value, 4, 1, out);
+  fwrite(d_x, sizeof(float), (size_t)batch * 4, out);
+  fwrite(d_w, sizeof(d_w), 1, out);
+  fclose(out);
+  irgrad_module_close(m);
+  return 0;
+}
+"""
+
+
+def test_c_dynamic_batch_through_typed_header(c_build, tmp_path):
+    """A dynamic dimension in a generated header: the argument is a pointer and its shape, the
+    result a pointer, its capacity and the shape the call writes; batches of 1 and 5 give
+    ig.load's numbers bit for bit, and a result without room for its rows is refused."""
+    @ig.function(input_signature=[ig.TensorSpec([None, 4], name="x"), ig.TensorSpec([4, 3], name="w")])
+    def batch_loss(x, w):
+        return ig.reduce_sum(ig.tanh(x @ w))
+
+    vmfb = ig.compile(ig.passes.differentiate(batch_loss.lower().mlir, "batch_loss", with_value=True)).save(
+        tmp_path / "dyn.vmfb")
+    _header(vmfb, tmp_path / "dyn.h")
+    (tmp_path / "dyn.c").write_text(_DYNAMIC_APP)
+    app = _compile_c(c_build, tmp_path / "dyn.c", tmp_path / "dyn", tmp_path)
+    module = ig.load(vmfb, device="local-sync")
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    for batch in (1, 5):
+        x = rng.standard_normal((batch, 4)).astype(np.float32)
+        (tmp_path / "in.bin").write_bytes(x.tobytes() + w.tobytes())
+        done = subprocess.run([str(app), str(vmfb), str(batch), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"d_x shape {batch} 4" in done.stdout
+        want = b"".join(np.asarray(r, np.float32).tobytes() for r in module["batch_loss_grad"](x, w))
+        assert (tmp_path / "out.bin").read_bytes() == want
+    done = subprocess.run([str(app), str(vmfb), "5", str(tmp_path / "in.bin"), str(tmp_path / "out.bin"), "4"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stdout.strip() == ("IRGRAD_ERROR_SHAPE batch_loss_grad result 1 (d_x): needs 80 bytes, the array has "
+                                   "room for 64")
+
+
 def _fixture_modules() -> list[Path]:
     return sorted(p for p in FIXTURES.rglob("*.mlir") if p.parent != FIXTURES)
 
