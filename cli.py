@@ -7,6 +7,7 @@
                [--device D] [--output @out.npy]
     irgrad emit MODEL.py:FUNCTION [--grad] [--vjp] [--with-value] [--wrt ..]
     irgrad inspect ART.vmfb [--json]
+    irgrad header ART.vmfb -o OUT.h [--embed] [--prefix NAME]
     irgrad profile SRC [--function F] [--grad] [--wrt ..] [--top N]
     irgrad targets
     irgrad cache info | clear

@@ -10,6 +10,7 @@ so, without them.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ import irgrad as ig
 from irgrad.passes.ir.mlir import parse_module
 from irgrad.runtime.c_header import c_header, c_identifier, c_types
 from irgrad.runtime.signature import public_functions, signature_of
+from irgrad.runtime.vmfb import seal
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -195,14 +197,19 @@ def test_c_errors_are_codes_and_messages(c_build, artifacts, tmp_path):
     (tmp_path / "junk.vmfb").write_bytes(b"not an artifact at all, just text")
     data = artifacts["grad"].read_bytes()
     (tmp_path / "cut.vmfb").write_bytes(data[:len(data) // 3])
+    damaged = bytearray(data)
+    damaged[len(data) * 2 // 3] ^= 0x10  # inside the kernels, which IREE would only read at a call
+    (tmp_path / "damaged.vmfb").write_bytes(bytes(damaged))
     done = subprocess.run([str(errors), str(artifacts["grad"]), str(artifacts["adam"]), str(tmp_path / "junk.vmfb"),
-                           str(tmp_path / "cut.vmfb")], capture_output=True, text=True, timeout=120)
+                           str(tmp_path / "cut.vmfb"), str(tmp_path / "damaged.vmfb")], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     cases = {line.split(" ", 1)[0]: line.split(" ", 2)[1:] for line in done.stdout.splitlines()}
     want = {
         "missing_file": ("IRGRAD_ERROR_IO", "/nonexistent/model.vmfb: No such file or directory"),
         "not_an_artifact": ("IRGRAD_ERROR_ARTIFACT", "not a valid IREE artifact (.vmfb)"),
         "truncated": ("IRGRAD_ERROR_ARTIFACT", "not a valid IREE artifact (.vmfb)"),
+        "damaged": ("IRGRAD_ERROR_ARTIFACT", "damaged.vmfb: not a valid IREE artifact (.vmfb): damaged: digest mismatch"),
         "bad_driver": ("IRGRAD_ERROR_DEVICE", "unknown device 'cuda'; drivers: local-sync, local-task"),
         "other_artifact": ("IRGRAD_ERROR_NOT_FOUND", "no function 'loss_grad'; available: loss, loss_train_init, "
                                                      "loss_train_step"),
@@ -496,7 +503,11 @@ def test_version_gap_a_newer_hal_module_is_refused_naming_versions(artifacts, ca
     # minimum_version (7), then the name itself.
     needle = np.array([8, 7, 3], np.uint32).tobytes() + b"hal\0"
     assert data.count(needle) == 1
-    (tmp_path / "newer.vmfb").write_bytes(data.replace(needle, np.array([8, 8, 3], np.uint32).tobytes() + b"hal\0"))
+    # Sealed again (irgrad's digest in the zip comment: the library refuses bytes that changed).
+    unsealed = data[:-len(b"irgrad-sha256:") - 64 - 2] + b"\0\0"
+    newer = seal(unsealed.replace(needle, np.array([8, 8, 3], np.uint32).tobytes() + b"hal\0"))
+    assert newer != data and newer.endswith(b"irgrad-sha256:" + hashlib.sha256(newer[:-80]).hexdigest().encode())
+    (tmp_path / "newer.vmfb").write_bytes(newer)
     _write_arrays(tmp_path / "args.bin", example_inputs())
     done = subprocess.run([str(call_tool), str(tmp_path / "newer.vmfb"), "loss_grad", "local-sync",
                            str(tmp_path / "args.bin"), str(tmp_path / "out.bin")], capture_output=True, text=True)

@@ -639,6 +639,85 @@ static iree_status_t check_dependency(void* user_data, const iree_vm_module_depe
   return iree_ok_status();
 }
 
+/* ------------------------------------------------------------------------------------------
+ * The seal: irgrad writes a SHA-256 of the artifact's bytes into its zip comment
+ * ("irgrad-sha256:<hex>", runtime/vmfb.py's seal); damage anywhere is refused at open, as
+ * ig.load refuses it.
+ * ---------------------------------------------------------------------------------------- */
+
+static const uint32_t k_sha[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define ROTR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(uint32_t h[8], const unsigned char* p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i) {
+    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+  }
+  for (int i = 16; i < 64; ++i) {
+    uint32_t s0 = ROTR(w[i - 15], 7) ^ ROTR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = ROTR(w[i - 2], 17) ^ ROTR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+  for (int i = 0; i < 64; ++i) {
+    uint32_t t1 = k + (ROTR(e, 6) ^ ROTR(e, 11) ^ ROTR(e, 25)) + ((e & f) ^ (~e & g)) + k_sha[i] + w[i];
+    uint32_t t2 = (ROTR(a, 2) ^ ROTR(a, 13) ^ ROTR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    k = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
+}
+
+static void sha256_hex(const unsigned char* data, size_t n, char out[65]) {
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  size_t full = n / 64 * 64;
+  for (size_t i = 0; i < full; i += 64) sha256_block(h, data + i);
+  unsigned char tail[128] = {0};
+  size_t rest = n - full;
+  memcpy(tail, data + full, rest);
+  tail[rest] = 0x80;
+  size_t blocks = rest + 9 > 64 ? 2 : 1;
+  uint64_t bits = (uint64_t)n * 8;
+  for (int i = 0; i < 8; ++i) tail[blocks * 64 - 1 - i] = (unsigned char)(bits >> (8 * i));
+  for (size_t i = 0; i < blocks; ++i) sha256_block(h, tail + 64 * i);
+  for (int i = 0; i < 8; ++i) snprintf(out + 8 * i, 9, "%08x", (unsigned)h[i]);
+}
+
+/* IRGRAD_OK unless the artifact is sealed and its bytes no longer match the seal. */
+static irgrad_status check_seal(const uint8_t* data, size_t size, const char* where) {
+  static const char k_prefix[] = "irgrad-sha256:";
+  const size_t prefix = sizeof(k_prefix) - 1, comment = prefix + 64;
+  if (size < 22 + comment || memcmp(data, "PK\x03\x04", 4) != 0) return IRGRAD_OK;
+  size_t at = size - comment - 2; /* the comment's 2-byte length, right before it */
+  if (memcmp(data + at + 2, k_prefix, prefix) != 0) return IRGRAD_OK; /* not sealed by irgrad */
+  if (at < 20 || memcmp(data + at - 20, "PK\x05\x06", 4) != 0 ||
+      (size_t)(data[at] | data[at + 1] << 8) != comment) {
+    return fail(IRGRAD_ERROR_ARTIFACT, "%s: not a valid IREE artifact (.vmfb): damaged: its seal (the archive "
+                "comment) is broken", where);
+  }
+  char digest[65];
+  sha256_hex(data, at, digest);
+  if (memcmp(digest, data + at + 2 + prefix, 64) != 0) {
+    return fail(IRGRAD_ERROR_ARTIFACT, "%s: not a valid IREE artifact (.vmfb): damaged: digest mismatch", where);
+  }
+  return IRGRAD_OK;
+}
+
 static bool contains(const char* text, const char* part) { return strstr(text, part) != NULL; }
 
 static irgrad_status open_module(const uint8_t* data, size_t size, void* owned, const char* driver,
@@ -649,9 +728,10 @@ static irgrad_status open_module(const uint8_t* data, size_t size, void* owned, 
     return fail(IRGRAD_ERROR_MEMORY, "out of memory");
   }
   m->owned = owned;
-  irgrad_status status = IRGRAD_OK;
   json artifact;
   memset(&artifact, 0, sizeof(artifact));
+  irgrad_status status = check_seal(data, size, where);
+  if (status != IRGRAD_OK) goto done;
   iree_allocator_t host = iree_allocator_system();
   iree_runtime_instance_options_t options;
   iree_runtime_instance_options_initialize(&options);

@@ -1,7 +1,7 @@
 /* tests/test_c_embed.py: every way a call can go wrong gives a status and a message, never a
  * crash. Prints one line per case: "<case> <status name> <message>".
  *
- *   errors MLP.vmfb OTHER.vmfb NOT_AN_ARTIFACT TRUNCATED
+ *   errors MLP.vmfb OTHER.vmfb NOT_AN_ARTIFACT TRUNCATED DAMAGED
  *
  * MLP.vmfb: examples/mlp.py's loss with --grad --with-value (mlp.h is its header); OTHER: any
  * other artifact. */
@@ -15,11 +15,12 @@ static void report(const char* name, irgrad_status status) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5) return 2;
+  if (argc != 6) return 2;
   irgrad_module* m = NULL;
   report("missing_file", irgrad_module_open_file("/nonexistent/model.vmfb", NULL, &m));
   report("not_an_artifact", irgrad_module_open_file(argv[3], NULL, &m));
   report("truncated", irgrad_module_open_file(argv[4], NULL, &m));
+  report("damaged", irgrad_module_open_file(argv[5], NULL, &m));
   report("bad_driver", irgrad_module_open_file(argv[1], "cuda", &m));
   report("other_artifact", mlp_open(argv[2], NULL, &m));
   report("null_out", irgrad_module_open_file(argv[1], NULL, NULL));
