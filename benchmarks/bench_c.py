@@ -85,7 +85,7 @@ print(json.dumps({"trivial": measure(lambda: jax.block_until_ready(add(x200))), 
 
 
 def write_arrays(path: Path, arrays: list[np.ndarray]) -> None:
-    """tests/c/call.c's argument file: a count, then per array dtype, rank, dims, bytes, data."""
+    """tests/c/arrays.h's file: a count, then per array dtype, rank, dims, bytes, data."""
     parts = [np.uint32(len(arrays)).tobytes()]
     for a in arrays:
         a = np.asarray(a, order="C")
@@ -104,7 +104,8 @@ def build_bench(work: Path) -> Path:
     build = Path(done.stdout.strip().splitlines()[-1])
     flags = (build / "irgrad.flags").read_text().split()
     bench = work / "bench"
-    subprocess.run(["cc", "-O2", str(ROOT / "benchmarks" / "c" / "bench.c"), *flags, "-o", str(bench)], check=True)
+    subprocess.run(["cc", "-O2", f"-I{ROOT / 'tests' / 'c'}", str(ROOT / "benchmarks" / "c" / "bench.c"), *flags, "-o",
+                    str(bench)], check=True)
     return bench
 
 

@@ -432,7 +432,7 @@ def _read_arrays(path: Path) -> list[np.ndarray]:
 @pytest.fixture(scope="session")
 def call_tool(c_build, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("c_call")
-    return _compile_c(c_build, ROOT / "tests" / "c" / "call.c", out / "call")
+    return _compile_c(c_build, ROOT / "tests" / "c" / "call.c", out / "call", ROOT / "tests" / "c")
 
 
 def _c_call(tool: Path, vmfb: Path, function: str, args: list[np.ndarray], work: Path, device: str = "local-sync"):

@@ -3,7 +3,7 @@
  *
  *   bench call|train ARTIFACT FUNCTION DRIVER ARGS.bin ROUNDS CALLS
  *
- * ARGS.bin: tests/c/call.c's format (the function's arguments; for train, F's arguments:
+ * ARGS.bin: tests/c/arrays.h's format (the function's arguments; for train, F's arguments:
  * parameters and one batch). Prints the median over ROUNDS of the time per call of blocks of
  * CALLS calls, in microseconds, after a warm-up; results are copied to the host every call. */
 #define _POSIX_C_SOURCE 199309L
@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "arrays.h" /* tests/c/arrays.h */
 #include "irgrad.h"
 
 #define MAX 64
@@ -38,21 +39,9 @@ int main(int argc, char** argv) {
   if (argc != 8) return 2;
   int train = strcmp(argv[1], "train") == 0;
   int rounds = atoi(argv[6]), calls = atoi(argv[7]);
-  FILE* in = fopen(argv[5], "rb");
-  uint32_t count = 0;
-  if (!in || fread(&count, 4, 1, in) != 1 || count > MAX || rounds < 1 || rounds > 1000) return 2;
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t dtype = 0, rank = 0;
-    uint64_t bytes = 0;
-    if (fread(&dtype, 4, 1, in) != 1 || fread(&rank, 4, 1, in) != 1 || rank > IRGRAD_MAX_RANK) return 2;
-    args[i].dtype = (irgrad_dtype)dtype;
-    args[i].rank = (int32_t)rank;
-    if (fread(args[i].shape, 8, rank, in) != rank || fread(&bytes, 8, 1, in) != 1) return 2;
-    args[i].data = malloc(bytes + 1);
-    args[i].byte_size = bytes;
-    if (!args[i].data || fread(args[i].data, 1, bytes, in) != bytes) return 2;
-  }
-  fclose(in);
+  int read = read_arrays(argv[5], args, MAX);
+  if (read < 0 || rounds < 1 || rounds > 1000) return 2;
+  uint32_t count = (uint32_t)read;
   irgrad_module* m = NULL;
   irgrad_function* f = NULL;
   if (irgrad_module_open_file(argv[2], argv[4], &m) != IRGRAD_OK) return fail();

@@ -2,13 +2,12 @@
  *
  *   call ARTIFACT FUNCTION DRIVER ARGS.bin RESULTS.bin
  *
- * ARGS.bin / RESULTS.bin: a uint32 count, then per array a uint32 irgrad_dtype, a uint32 rank,
- * int64 dimensions, a uint64 byte count and the bytes (native byte order). Prints the status
- * and message on failure (exit 1). */
+ * ARGS.bin / RESULTS.bin: arrays.h's format. Prints the status and message on failure (exit 1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrays.h"
 #include "irgrad.h"
 
 #define MAX 256
@@ -16,22 +15,10 @@
 
 int main(int argc, char** argv) {
   if (argc != 6) return 2;
-  FILE* in = fopen(argv[4], "rb");
-  uint32_t count = 0;
-  if (!in || fread(&count, 4, 1, in) != 1 || count > MAX) return 2;
   static irgrad_array args[MAX], results[MAX];
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t dtype = 0, rank = 0;
-    uint64_t bytes = 0;
-    if (fread(&dtype, 4, 1, in) != 1 || fread(&rank, 4, 1, in) != 1 || rank > IRGRAD_MAX_RANK) return 2;
-    args[i].dtype = (irgrad_dtype)dtype;
-    args[i].rank = (int32_t)rank;
-    if (fread(args[i].shape, 8, rank, in) != rank || fread(&bytes, 8, 1, in) != 1) return 2;
-    args[i].data = malloc(bytes + 1);
-    args[i].byte_size = bytes;
-    if (!args[i].data || fread(args[i].data, 1, bytes, in) != bytes) return 2;
-  }
-  fclose(in);
+  int read = read_arrays(argv[4], args, MAX);
+  if (read < 0) return 2;
+  uint32_t count = (uint32_t)read;
   irgrad_module* m = NULL;
   irgrad_function* f = NULL;
   irgrad_status s = irgrad_module_open_file(argv[1], argv[3], &m);
