@@ -50,7 +50,7 @@ if [ "$arch" = aarch64 ]; then
   cross=(-DCMAKE_TOOLCHAIN_FILE="$here/aarch64-linux-gnu.cmake"
          -DIREE_HOST_BIN_DIR="$host_build/iree/tools")
 else
-  targets+=(iree-flatcc-cli iree-c-embed-data)
+  targets+=(iree-flatcc-cli iree-c-embed-data irgrad_sanitized)
 fi
 
 if [ ! -f "$build/CMakeCache.txt" ]; then

@@ -76,13 +76,16 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def _flags(build: Path) -> list[str]:
-    return (build / "irgrad.flags").read_text().split()
+SANITIZE = ["-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 
-def _compile_c(build: Path, source: Path, out: Path, *include: Path, cc: str = "cc") -> Path:
-    done = subprocess.run([cc, "-Wall", "-Werror", "-O1", *[f"-I{i}" for i in include], str(source),
-                           *_flags(build), "-o", str(out)], capture_output=True, text=True)
+def _compile_c(build: Path, source: Path, out: Path, *include: Path, sanitized: bool = False) -> Path:
+    """``source`` compiled with -Wall -Werror and linked against the library (``sanitized``: its
+    AddressSanitizer and UBSan build, the program under them too)."""
+    flags = (build / ("irgrad_sanitized.flags" if sanitized else "irgrad.flags")).read_text().split()
+    done = subprocess.run(["cc", "-Wall", "-Werror", "-O1", *(SANITIZE if sanitized else []),
+                           *[f"-I{i}" for i in include], str(source), *flags, "-o", str(out)],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return out
 
@@ -152,6 +155,28 @@ def test_c_training_equals_python_bit_for_bit_and_resumes(c_build, artifacts, tm
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ck")) == ["ck.bin"]
 
 
+def test_c_training_under_sanitizers(c_build, artifacts, tmp_path):
+    """examples/c/train under AddressSanitizer and UBSan (leaks included): train, checkpoint,
+    resume, and refuse a damaged checkpoint, with nothing reported."""
+    train = _compile_c(c_build, ROOT / "examples" / "c" / "train.c", tmp_path / "train", sanitized=True)
+    _, _, *params = example_inputs()
+    _write_training_inputs(tmp_path, params, _batches())
+    runs = []
+    for steps in ("3", "5"):
+        runs.append(subprocess.run([str(train), str(artifacts["adam"]), str(tmp_path / "params.bin"),
+                                    str(tmp_path / "data.bin"), str(tmp_path / "ck.bin"), steps],
+                                   capture_output=True, text=True, timeout=300))
+    (tmp_path / "ck.bin").write_bytes((tmp_path / "ck.bin").read_bytes()[:-3])
+    runs.append(subprocess.run([str(train), str(artifacts["adam"]), str(tmp_path / "params.bin"),
+                                str(tmp_path / "data.bin"), str(tmp_path / "ck.bin"), "6"],
+                               capture_output=True, text=True, timeout=300))
+    assert [r.returncode for r in runs] == [0, 0, 1], [r.stderr for r in runs]
+    assert "resumed" in runs[1].stdout and "step 5 loss" in runs[1].stdout
+    assert "not a checkpoint of loss_train_step" in runs[2].stderr
+    for r in runs:
+        assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
+
+
 def test_c_checkpoint_refuses_damage_and_other_steps(c_build, artifacts, tmp_path):
     _, _, *params = example_inputs()
     _write_training_inputs(tmp_path, params, _batches())
@@ -189,11 +214,14 @@ def test_c_gradient_through_typed_header_equals_python(c_build, artifacts, tmp_p
         assert (tmp_path / "out.bin").read_bytes() == want
 
 
-def test_c_errors_are_codes_and_messages(c_build, artifacts, tmp_path):
+@pytest.mark.parametrize("sanitized", [False, True], ids=["plain", "asan+ubsan"])
+def test_c_errors_are_codes_and_messages(c_build, artifacts, tmp_path, sanitized):
     """A wrong name, count, shape, rank, dtype, buffer, device or artifact: a status code and a
-    one-line message each, never a crash."""
+    one-line message each, never a crash; under AddressSanitizer and UBSan (leaks included)
+    nothing is reported."""
     _header(artifacts["grad"], tmp_path / "mlp.h")
-    errors = _compile_c(c_build, ROOT / "tests" / "c" / "errors.c", tmp_path / "errors", tmp_path)
+    errors = _compile_c(c_build, ROOT / "tests" / "c" / "errors.c", tmp_path / "errors", tmp_path,
+                        sanitized=sanitized)
     (tmp_path / "junk.vmfb").write_bytes(b"not an artifact at all, just text")
     data = artifacts["grad"].read_bytes()
     (tmp_path / "cut.vmfb").write_bytes(data[:len(data) // 3])
@@ -204,6 +232,7 @@ def test_c_errors_are_codes_and_messages(c_build, artifacts, tmp_path):
                            str(tmp_path / "cut.vmfb"), str(tmp_path / "damaged.vmfb")], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "Sanitizer" not in done.stderr and "runtime error" not in done.stderr, done.stderr
     cases = {line.split(" ", 1)[0]: line.split(" ", 2)[1:] for line in done.stdout.splitlines()}
     want = {
         "missing_file": ("IRGRAD_ERROR_IO", "/nonexistent/model.vmfb: No such file or directory"),
@@ -233,6 +262,8 @@ def test_c_errors_are_codes_and_messages(c_build, artifacts, tmp_path):
     for case, (status, message) in want.items():
         assert cases[case][0] == status, (case, cases[case])
         assert message in (cases[case][1] if len(cases[case]) > 1 else ""), (case, cases[case])
+    if sanitized:
+        return
     # The header made for another artifact: refused by its types, naming both.
     _header(artifacts["sgd"], tmp_path / "sgd.h", "--prefix", "mlp")
     (tmp_path / "other").mkdir()

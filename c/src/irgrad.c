@@ -978,6 +978,8 @@ static irgrad_status check_arg(const irgrad_function* f, size_t i, const irgrad_
   if (a->rank < 0 || a->rank > IRGRAD_MAX_RANK) fits = false;
   for (int32_t k = 0; fits && k < a->rank; ++k) {
     if (a->shape[k] < 0 || (want->shape[k] >= 0 && want->shape[k] != a->shape[k])) fits = false;
+    /* (a dynamic dimension so large that the byte count overflows fits nowhere) */
+    if (a->shape[k] > 0 && elements > SIZE_MAX / 16 / (size_t)a->shape[k]) fits = false;
     elements *= (size_t)(a->shape[k] < 0 ? 0 : a->shape[k]);
   }
   if (!fits) {

@@ -24,9 +24,26 @@
 
 #define MAX_ARGS 64
 
+/* What the program holds, released by finish() on every way out. */
+static irgrad_module* module = NULL;
+static irgrad_trainer* trainer = NULL;
+static unsigned char *data = NULL, *params = NULL, *results_room = NULL, *room = NULL;
+static FILE* losses = NULL;
+
+static int finish(int status) {
+  if (losses) fclose(losses);
+  free(room);
+  free(results_room);
+  free(params);
+  free(data);
+  irgrad_trainer_free(trainer);
+  irgrad_module_close(module);
+  return status;
+}
+
 static int fail(void) {
   fprintf(stderr, "train: %s\n", irgrad_last_error());
-  return 1;
+  return finish(1);
 }
 
 static size_t info_bytes(const irgrad_tensor_info* info) {
@@ -84,7 +101,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  irgrad_module* module = NULL;
   if (irgrad_module_open_file(artifact, driver, &module) != IRGRAD_OK) return fail();
   /* The training step: the artifact's one function named F_train_step. */
   irgrad_function* step = NULL;
@@ -95,15 +111,14 @@ int main(int argc, char** argv) {
   }
   if (!step) {
     fprintf(stderr, "train: %s has no training step (compile it with --train)\n", artifact);
-    irgrad_module_close(module);
-    return 1;
+    return finish(1);
   }
   size_t n_args = irgrad_function_arg_count(step) - irgrad_function_state_count(step);
   size_t n_params = irgrad_function_param_count(step);
   size_t n_results = irgrad_function_result_count(step) - n_params - irgrad_function_state_count(step);
   if (n_args > MAX_ARGS || n_results > MAX_ARGS) {
     fprintf(stderr, "train: more than %d arguments or results\n", MAX_ARGS);
-    return 1;
+    return finish(1);
   }
   irgrad_tensor_info infos[MAX_ARGS];
   int is_param[MAX_ARGS] = {0};
@@ -114,7 +129,7 @@ int main(int argc, char** argv) {
     for (int32_t d = 0; d < infos[i].rank; ++d) {
       if (infos[i].shape[d] < 0) {
         fprintf(stderr, "train: argument %s has a dynamic shape; this example reads static batches\n", infos[i].name);
-        return 1;
+        return finish(1);
       }
     }
     *(is_param[i] ? &param_bytes : &batch_bytes) += info_bytes(&infos[i]);
@@ -126,16 +141,16 @@ int main(int argc, char** argv) {
   }
 
   size_t data_size = 0, params_size = 0;
-  unsigned char* data = read_file(data_path, &data_size);
+  data = read_file(data_path, &data_size);
   if (!data || !batch_bytes || data_size % batch_bytes || !data_size) {
     fprintf(stderr, "train: %s: expected whole batches of %zu bytes\n", data_path, batch_bytes);
-    return 1;
+    return finish(1);
   }
   size_t n_batches = data_size / batch_bytes;
-  unsigned char* params = read_file(params_path, &params_size);
+  params = read_file(params_path, &params_size);
   if (!params || params_size != param_bytes) {
     fprintf(stderr, "train: %s: expected %zu bytes of parameters\n", params_path, param_bytes);
-    return 1;
+    return finish(1);
   }
 
   /* F's arguments for @F_train_init: the parameters, and the first batch. */
@@ -145,7 +160,6 @@ int main(int argc, char** argv) {
     args[i] = array_of(&infos[i], is_param[i] ? params + p : data + b);
     *(is_param[i] ? &p : &b) += bytes;
   }
-  irgrad_trainer* trainer = NULL;
   if (irgrad_trainer_create(module, irgrad_function_name(step), args, n_args, &trainer) != IRGRAD_OK) {
     return fail();
   }
@@ -162,23 +176,23 @@ int main(int argc, char** argv) {
       irgrad_function_arg(step, n_args + s, &info);
       state_bytes += info_bytes(&info);
     }
-    unsigned char* room = malloc(state_bytes + 1);
+    room = malloc(state_bytes + 1);
     for (size_t s = 0, at = 0; room && s < n_state && s < MAX_ARGS; ++s) {
       irgrad_tensor_info info;
       irgrad_function_arg(step, n_args + s, &info);
       state[s] = array_of(&info, room + at);
       at += info_bytes(&info);
     }
-    if (!room) return 1;
+    if (!room) return finish(1);
     if (irgrad_trainer_state(trainer, state, n_state) != IRGRAD_OK) return fail();
     if (n_state && strcmp(irgrad_trainer_state_name(trainer, 0), "step") == 0) memcpy(&counter, room, 4);
-    free(room);
     done = counter;
     printf("resumed %s at step %ld\n", checkpoint, done);
   }
 
-  FILE* losses = losses_path ? fopen(losses_path, "ab") : NULL;
-  unsigned char* results_room = malloc(result_bytes + 1);
+  losses = losses_path ? fopen(losses_path, "ab") : NULL;
+  results_room = malloc(result_bytes + 1);
+  if (!results_room) return finish(1);
   irgrad_array data_args[MAX_ARGS], results[MAX_ARGS];
   for (; done < steps; ++done) {
     const unsigned char* batch = data + (size_t)(done % (long)n_batches) * batch_bytes;
@@ -202,6 +216,7 @@ int main(int argc, char** argv) {
     }
   }
   if (losses) fclose(losses);
+  losses = NULL;
   if (irgrad_trainer_save(trainer, checkpoint) != IRGRAD_OK) return fail();
   if (params_out) {
     irgrad_array out[MAX_ARGS];
@@ -212,15 +227,11 @@ int main(int argc, char** argv) {
     }
     if (irgrad_trainer_params(trainer, out, n_params) != IRGRAD_OK) return fail();
     FILE* f = fopen(params_out, "wb");
-    if (!f || fwrite(params, 1, param_bytes, f) != param_bytes || fclose(f) != 0) {
+    int written = f && fwrite(params, 1, param_bytes, f) == param_bytes;
+    if (!f || fclose(f) != 0 || !written) {
       fprintf(stderr, "train: cannot write %s\n", params_out);
-      return 1;
+      return finish(1);
     }
   }
-  free(results_room);
-  free(params);
-  free(data);
-  irgrad_trainer_free(trainer);
-  irgrad_module_close(module);
-  return 0;
+  return finish(0);
 }
