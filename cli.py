@@ -1,20 +1,23 @@
 """The ``irgrad`` command line.
 
-    irgrad grad IN.mlir -o OUT.mlir [--func F] [--wrt 0,2] [--vjp] [--with-value]
+    irgrad grad IN.mlir -o OUT.mlir [--func F] [--wrt 0,2] [--vjp] [--jvp] [--hessian] [--with-value]
+                [--train sgd|momentum|adam [--lr X]]
     irgrad compile SRC -o OUT.vmfb [--target T] [--cpu ..] [--triple ..] [--cuda-arch ..]
-                   [--rocm-arch ..] [--grad] [--vjp] [--with-value] [--wrt ..] [--func F] [--no-cache]
+                   [--rocm-arch ..] [--grad] [--vjp] [--jvp] [--hessian] [--with-value] [--wrt ..]
+                   [--train ...] [--func F] [--no-cache]
     irgrad run ART.vmfb --function F --input 2x2xf32=1,2,3,4 --input @x.npy
                [--device D] [--output @out.npy]
-    irgrad emit MODEL.py:FUNCTION [--grad] [--vjp] [--with-value] [--wrt ..]
+    irgrad emit MODEL.py:FUNCTION [--grad] [--vjp] [--jvp] [--hessian] [--with-value] [--wrt ..]
     irgrad inspect ART.vmfb [--json]
     irgrad header ART.vmfb -o OUT.h [--embed] [--prefix NAME]
-    irgrad profile SRC [--function F] [--grad] [--wrt ..] [--top N]
+    irgrad profile SRC [--function F] [--grad] [--wrt ..] [--top N] [--device D]
     irgrad targets
     irgrad cache info | clear
     irgrad [--verbose] [--debug] CMD ...
 
-This module parses arguments, calls irgrad's library (``irgrad.commands``,
-``irgrad.values``, ``irgrad.runtime``) and prints. Every error
+This module parses arguments, calls irgrad's library (``irgrad.commands``;
+``irgrad.artifact_cli`` for inspect and run, which the runtime-only install's ``irgrad``
+shares) and prints. Every error
 is one line on stderr (``irgrad: error: ...``): exit status 2 for a bad
 command line (unknown option or target, bad ``--input`` syntax, a missing
 file, a name that names nothing: ``--func``/``--function``, ``--wrt``, an
@@ -23,10 +26,9 @@ mean"), 1 for anything that fails while running. ``irgrad --debug CMD`` shows
 the Python traceback instead. ``--func`` and ``--function`` (``-f``) are one
 option in every command.
 """
-import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -35,24 +37,95 @@ from irgrad import runtime
 from irgrad.runtime.vmfb import signatures_from_metadata
 from irgrad.runtime.profile import profile_dispatches
 from irgrad.console import ErrorLines, State, cache_app, log_to_stderr, progress
+from irgrad.artifact_cli import inspect_artifact, run_artifact
 from irgrad.commands import (USAGE, CLIError, adjoints, argument_lines, artifact_metadata, compile_blaming,
-                          describe_artifact, describe_targets, load_source, pick_function, read_mlir,
-                          signature_lines, with_file_locations, write_text)
+                          describe_targets, load_source, pick_function, read_mlir, signature_lines, training_lines,
+                          training_needs_wrt, with_file_locations, write_text)
 from irgrad.commands import parse_wrt  # noqa: F401  (re-exported: benchmarks/profile.py imports it from here)
 from irgrad.viz import function_graph, module_graph, render
-from irgrad.values import read_run_specs, report_results
+
+
+class QuietHelp(ErrorLines):
+    """``-h/--help`` shows no value beside it, like every flag here (``flag``): recent typer
+    releases (0.29) print ``<bool>`` beside an option whose metavar is None, click's own help
+    option included. It is made per command, so each command's is set as the group hands it out.
+    (Help paragraphs are one line each in the docstrings: rich keeps their line breaks.)"""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _no_metavar(super().get_help_option(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and not isinstance(command, QuietHelp):  # a group sets its own
+            _no_metavar(command.get_help_option(ctx))
+        return command
+
+
+def _no_metavar(option: Any) -> Any:
+    if option is not None:
+        option.metavar = ""  # click caches the help option: this one is shown and parsed
+    return option
 
 
 app = typer.Typer(
-    cls=ErrorLines,
+    cls=QuietHelp,
     name="irgrad",
     help="Differentiate StableHLO, compile it with IREE and run the artifacts.",
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(cache_app)  # irgrad cache info | clear (irgrad/console.py)
+app.add_typer(cache_app, cls=QuietHelp)  # irgrad cache info | clear (irgrad/console.py)
 
+
+# ----- options -------------------------------------------------------------------------
+
+CHECKPOINTS_HELP = ("Keep K snapshots of each while loop's state (sqrt: about the square root of its trip "
+                    "count) and recompute the iterations between them in the reverse pass, instead of "
+                    "recording every iteration.")
+TRAIN_HELP = ("Add @F_train_init(args...) -> state and @F_train_step(args..., state...) -> (F's results, "
+              "updated args[wrt], updated state): one optimizer step per call (sgd, momentum, adam).")
+PROX_HELP = ("FedProx: train @F_prox, F's loss plus mu/2 ||w - w_global||^2 over the parameters, whose "
+             "training step takes the global parameters after F's arguments (needs --train).")
+
+
+def flag(*names: str, help: str) -> Any:
+    """A boolean option that takes no value. ``metavar=""``: recent typer releases would show
+    ``<bool>`` beside it, as if it took one."""
+    return typer.Option(*names, help=help, metavar="")
+
+
+def function_option(purpose: str) -> Any:
+    """``--func``/``--function``/``-f``, one option in every command; ``purpose`` says what the
+    function is for in that command."""
+    return typer.Option("--func", "--function", "-f", metavar="NAME",
+                        help=f"The function {purpose} (default: the module's only public function).")
+
+
+# The options several commands share, declared once.
+Func = Annotated[str | None, function_option("to differentiate (with --grad, --vjp, --jvp, --hessian, --train)")]
+Wrt = Annotated[str | None, typer.Option(
+    "--wrt", metavar="I,J", help="Arguments to differentiate, by index or by name, e.g. 0,2 or w,b (default: every "
+    "float argument; irgrad grad --list-args shows them).")]
+Grad = Annotated[bool, flag("--grad", help="Add @F_grad (the gradient of the sum of F's results).")]
+Vjp = Annotated[bool, flag("--vjp", help="Add @F_vjp(args..., cotangents...).")]
+Jvp = Annotated[bool, flag("--jvp", help="Forward mode: add @F_jvp(args..., tangents...) -> (results..., their "
+                                         "tangents...).")]
+Hessian = Annotated[bool, flag("--hessian", help="Add @F_hessian(args...) -> one x.shape + x.shape Hessian block "
+                                                 "per wrt argument (F a scalar).")]
+WithValue = Annotated[bool, flag(
+    "--with-value", help="Adjoint functions return F's results first, then the gradients.")]
+Checkpoints = Annotated[str | None, typer.Option("--loop-checkpoints", metavar="K|sqrt", help=CHECKPOINTS_HELP)]
+Train = Annotated[str | None, typer.Option("--train", metavar="sgd|momentum|adam", help=TRAIN_HELP)]
+Lr = Annotated[float | None, typer.Option(
+    "--lr", metavar="X", help="Learning rate for --train (default: the optimizer's Keras default, 0.01 or 0.001 "
+    "for adam).")]
+ProxMu = Annotated[float | None, typer.Option("--prox-mu", metavar="MU", help=PROX_HELP)]
+Source = Annotated[str, typer.Argument(metavar="SRC", help="An .mlir file or path/to/model.py:function.")]
+Artifact = Annotated[Path, typer.Argument(metavar="ART.vmfb", help="A compiled artifact.")]
+
+
+# ----- commands --------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``irgrad`` console script and ``python -m irgrad``."""
@@ -62,10 +135,10 @@ def main(argv: list[str] | None = None) -> None:
 @app.callback(invoke_without_command=True)
 def _global(
     ctx: typer.Context,
-    debug: bool = typer.Option(False, "--debug", help="Show Python tracebacks instead of one-line errors."),
-    version: bool = typer.Option(False, "--version", help="Print the irgrad and IREE versions and exit."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what irgrad does on stderr: compiles, "
-                                 "cache hits, IREE workarounds, the device chosen."),
+    debug: Annotated[bool, flag("--debug", help="Show Python tracebacks instead of one-line errors.")] = False,
+    version: Annotated[bool, flag("--version", help="Print the irgrad and IREE versions and exit.")] = False,
+    verbose: Annotated[bool, flag("--verbose", "-v", help="Log what irgrad does on stderr: compiles, cache hits, "
+                                  "IREE workarounds, the device chosen.")] = False,
 ) -> None:
     State.debug = debug
     if verbose:
@@ -81,54 +154,22 @@ def _global(
 
 # ----- grad / emit ----------------------------------------------------------------------
 
-CHECKPOINTS_HELP = ("Keep K snapshots of each while loop's state (sqrt: about the square root of its trip "
-                    "count) and recompute the iterations between them in the reverse pass, instead of "
-                    "recording every iteration.")
-TRAIN_HELP = ("Add @F_train_init(args...) -> state and @F_train_step(args..., state...) -> (F's results, "
-              "updated args[wrt], updated state): one optimizer step per call (sgd, momentum, adam).")
-PROX_HELP = ("FedProx: train @F_prox, F's loss plus mu/2 ||w - w_global||^2 over the parameters, whose "
-             "training step takes the global parameters after F's arguments (needs --train).")
-
-# The options several commands share, declared once.
-Func = Annotated[str | None, typer.Option(
-    "--func", "--function", "-f", metavar="NAME",
-    help="The function: to differentiate (with --grad, --vjp, --train...), to call, profile or draw "
-         "(default: the module's only public function).")]
-Wrt = Annotated[str | None, typer.Option(
-    "--wrt", metavar="I,J", help="Arguments to differentiate, by index or by name, e.g. 0,2 or w,b (default: every "
-    "float argument; irgrad grad --list-args shows them).")]
-Grad = Annotated[bool, typer.Option("--grad", help="Add @F_grad (the gradient of the sum of F's results).")]
-Vjp = Annotated[bool, typer.Option("--vjp", help="Add @F_vjp(args..., cotangents...).")]
-WithValue = Annotated[bool, typer.Option(
-    "--with-value", help="Adjoint functions return F's results first, then the gradients.")]
-Checkpoints = Annotated[str | None, typer.Option("--loop-checkpoints", metavar="K|sqrt", help=CHECKPOINTS_HELP)]
-Train = Annotated[str | None, typer.Option("--train", metavar="sgd|momentum|adam", help=TRAIN_HELP)]
-Lr = Annotated[float | None, typer.Option(
-    "--lr", metavar="X", help="Learning rate for --train (default: the optimizer's Keras default, 0.01 or 0.001 "
-    "for adam).")]
-ProxMu = Annotated[float | None, typer.Option("--prox-mu", metavar="MU", help=PROX_HELP)]
-Source = Annotated[str, typer.Argument(metavar="SRC", help="An .mlir file or path/to/model.py:function.")]
-Artifact = Annotated[Path, typer.Argument(metavar="ART.vmfb", help="A compiled artifact.")]
-
-
 @app.command()
 def grad(
     source: Annotated[Path, typer.Argument(metavar="IN.mlir", help="StableHLO module.")],
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="OUT.mlir", help="Where to write the module (default: stdout).")] = None,
-    func: Func = None, wrt: Wrt = None, vjp: Vjp = False, with_value: WithValue = False,
-    jvp: Annotated[bool, typer.Option("--jvp", help="Forward mode: add @F_jvp(args..., tangents...) -> "
-                                      "(results..., their tangents...) instead of @F_grad.")] = False,
-    hessian: Annotated[bool, typer.Option("--hessian", help="Add @F_hessian(args...) -> one x.shape + x.shape "
-                                          "Hessian block per wrt argument, instead of @F_grad.")] = False,
+    func: Func = None, wrt: Wrt = None, vjp: Vjp = False, with_value: WithValue = False, jvp: Jvp = False,
+    hessian: Hessian = False,
     loop_checkpoints: Checkpoints = None, train: Train = None, lr: Lr = None, prox_mu: ProxMu = None,
-    list_args: Annotated[bool, typer.Option("--list-args", help="List the public functions' arguments "
-                                            "(index, name, type) for --wrt, and write nothing.")] = False,
+    list_args: Annotated[bool, flag("--list-args", help="List the public functions' arguments (index, name, type) "
+                                    "for --wrt, and write nothing.")] = False,
 ) -> None:
     """Add @F_grad (gradient of the sum of F's results) to a StableHLO module.
 
-    If the gradient cannot be built, OUT.mlir is not written (an existing one
-    is left as it was).
+    --vjp, --jvp, --hessian and --train add those functions (@F_grad only without the last three).
+
+    If the gradient cannot be built, OUT.mlir is not written (an existing one is left as it was).
     """
     if list_args:
         typer.echo(argument_lines(read_mlir(source), func))
@@ -141,11 +182,12 @@ def grad(
 @app.command()
 def emit(
     source: Annotated[str, typer.Argument(metavar="MODEL.py:FUNCTION", help="An ig.function with an input_signature.")],
-    grad: Grad = False, vjp: Vjp = False, with_value: WithValue = False, wrt: Wrt = None,
+    grad: Grad = False, vjp: Vjp = False, jvp: Jvp = False, hessian: Hessian = False, with_value: WithValue = False,
+    wrt: Wrt = None,
 ) -> None:
     """Print the StableHLO of an ig.function (and its adjoints) on stdout."""
     text, name = load_source(source)
-    write_text(None, adjoints(text, name, wrt, grad=grad, vjp=vjp, with_value=with_value))
+    write_text(None, adjoints(text, name, wrt, grad=grad, vjp=vjp, jvp=jvp, hessian=hessian, with_value=with_value))
 
 
 # ----- compile / profile ----------------------------------------------------------------
@@ -154,27 +196,37 @@ def emit(
 def compile_command(
     source: Source,
     output: Annotated[Path, typer.Option("-o", "--output", metavar="OUT.vmfb", help="The artifact to write.")],
-    target: Annotated[str, typer.Option("--target", "-t", help="llvm-cpu (alias cpu), vulkan-spirv (alias vulkan), "
-                                        "cuda, rocm or vmvx; see irgrad targets.")] = "llvm-cpu",
-    cpu: Annotated[str | None, typer.Option(help="llvm-cpu: host (default), generic or an LLVM CPU name.")] = None,
-    triple: Annotated[str | None, typer.Option(help="llvm-cpu: cross-compile, e.g. aarch64-linux-gnu.")] = None,
-    cuda_arch: Annotated[str | None, typer.Option(help="cuda: GPU architecture, e.g. sm_86 (default sm_80).")] = None,
-    rocm_arch: Annotated[str | None, typer.Option(help="rocm: GPU architecture, e.g. gfx942 (default).")] = None,
-    grad: Grad = False, vjp: Vjp = False, with_value: WithValue = False, wrt: Wrt = None, func: Func = None,
+    target: Annotated[str, typer.Option("--target", "-t", metavar="TARGET", help="llvm-cpu (alias cpu), "
+                                        "vulkan-spirv (alias vulkan), cuda, rocm or vmvx; see irgrad targets.")]
+    = "llvm-cpu",
+    cpu: Annotated[str | None, typer.Option(metavar="CPU", help="llvm-cpu: host (default), generic or an LLVM CPU "
+                                            "name.")] = None,
+    triple: Annotated[str | None, typer.Option(metavar="TRIPLE", help="llvm-cpu: cross-compile, e.g. "
+                                               "aarch64-linux-gnu.")] = None,
+    cuda_arch: Annotated[str | None, typer.Option(metavar="SM", help="cuda: GPU architecture, e.g. sm_86 (default "
+                                                  "sm_80).")] = None,
+    rocm_arch: Annotated[str | None, typer.Option(metavar="GFX", help="rocm: GPU architecture, e.g. gfx942 "
+                                                  "(default).")] = None,
+    grad: Grad = False, vjp: Vjp = False, jvp: Jvp = False, hessian: Hessian = False, with_value: WithValue = False,
+    wrt: Wrt = None, func: Func = None,
     loop_checkpoints: Checkpoints = None, train: Train = None, lr: Lr = None, prox_mu: ProxMu = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Compile again even if a cached artifact exists.")]
-    = False,
+    no_cache: Annotated[bool, flag("--no-cache", help="Compile again even if a cached artifact exists.")] = False,
 ) -> None:
-    """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact."""
+    """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact.
+
+    With --train, --wrt names the parameters: a model.py needs it; an .mlir trains every float argument.
+    """
     try:
         options = runtime.CompileOptions.for_target(
             target, cpu=cpu, triple=triple, cuda_arch=cuda_arch, rocm_arch=rocm_arch)
     except ValueError as error:
         raise CLIError(str(error), USAGE) from None
-    if func is not None and not (grad or vjp or train):
-        raise CLIError("--func needs --grad, --vjp or --train", USAGE)
+    if func is not None and not (grad or vjp or jvp or hessian or train):
+        raise CLIError("--func needs --grad, --vjp, --jvp, --hessian or --train", USAGE)
     forward, name = load_source(source)
-    text = adjoints(forward, func or name, wrt, grad=grad, vjp=vjp, with_value=with_value,
+    if train is not None and wrt is None and name is not None:
+        raise CLIError(training_needs_wrt(forward, name, source), USAGE)
+    text = adjoints(forward, func or name, wrt, grad=grad, vjp=vjp, jvp=jvp, hessian=hessian, with_value=with_value,
                     loop_checkpoints=loop_checkpoints, train=train, lr=lr, prox_mu=prox_mu)
     start = time.perf_counter()
     with progress(f"irgrad: compiling {source} for {options.target.value}"):
@@ -184,17 +236,22 @@ def compile_command(
     cached = f" (from the {artifact.cached} cache)" if artifact.cached else ""
     lines = [f"{output}: {len(artifact.vmfb):,} bytes, {options.describe()}, "
              f"compiled in {seconds:.2f} s{cached}", *signature_lines(artifact.functions)]
+    for step, layout in (artifact.metadata.get("training") or {}).items():  # the parameters --train chose
+        lines += training_lines(step, layout, artifact.functions.get(step))
     typer.echo("\n".join(lines))
 
 
 @app.command()
 def profile(
-    source: Source, func: Func = None, wrt: Wrt = None,
-    grad: Annotated[bool, typer.Option("--grad", help="Profile @F_grad (F's value and gradient).")] = False,
+    source: Source,
+    func: Annotated[str | None, function_option("to profile (with --grad, its gradient)")] = None, wrt: Wrt = None,
+    grad: Annotated[bool, flag("--grad", help="Profile @F_grad (F's value and gradient).")] = False,
     top: Annotated[int, typer.Option("--top", metavar="N", help="Dispatches to list (0: all).")] = 25,
+    device: Annotated[str | None, typer.Option(
+        "--device", "-d", metavar="DRIVER", help="IREE driver to time on: local-task (default) or local-sync.")]
+    = None,
 ) -> None:
-    """Time each dispatch (one fused kernel IREE runs) alone and inside a call, name the model's ops it
-    came from, and show where a call's time goes."""
+    """Time each dispatch (a fused kernel IREE runs), name the model's ops it came from, show where time goes."""
     text, name = load_source(source)
     function = pick_function(list(runtime.parse_signatures(text)), func or name, source)
     if grad:
@@ -203,7 +260,10 @@ def profile(
     elif wrt is not None:
         raise CLIError("--wrt needs --grad", USAGE)
     with progress(f"irgrad: profiling {source} (compiling, then timing every dispatch)"):
-        result = profile_dispatches(text, runtime.CompileOptions(), function=function)
+        try:
+            result = profile_dispatches(text, runtime.CompileOptions(), function=function, device=device)
+        except ValueError as error:  # a --device that cannot run this CPU's code
+            raise CLIError(str(error), USAGE) from None
     typer.echo(result.table(top=top or None))
 
 
@@ -211,13 +271,14 @@ def profile(
 
 @app.command()
 def run(
-    artifact: Artifact, function: Func = None,
+    artifact: Artifact, function: Annotated[str | None, function_option("to call")] = None,
     inputs: Annotated[list[str] | None, typer.Option(
         "--input", "-i", metavar="SPEC",
         help="One argument, in order: 2x2xf32=1,2,3,4 | f32=3 | 2x2xf32=@raw.bin | @x.npy (repeat per argument); "
              "or @args.npz alone: every argument, by name or position.")] = None,
     device: Annotated[str | None, typer.Option(
-        "--device", "-d", help="IREE driver: local-task, local-sync, vulkan, cuda, hip (default: the artifact's).")
+        "--device", "-d", metavar="DRIVER",
+        help="IREE driver: local-task, local-sync, vulkan, cuda, hip (default: the artifact's).")
     ] = None,
     outputs: Annotated[list[str] | None, typer.Option(
         "--output", metavar="SPEC",
@@ -225,21 +286,8 @@ def run(
              "last --output are printed. @out.npz alone: every result, by name (irgrad inspect shows them; "
              "result<i> where a result has none).")] = None,
 ) -> None:
-    """Call a function of an artifact and print its results like iree-run-module."""
-    try:
-        arguments, sinks = read_run_specs(inputs or [], outputs or [])
-    except ValueError as error:
-        raise CLIError(str(error), USAGE) from None
-    if not artifact.is_file():
-        raise CLIError(f"{artifact}: no such file", USAGE)
-    module = runtime.load(artifact, device)
-    signature = module.functions[pick_function(list(module.functions), function, artifact)]
-    try:
-        arrays = arguments(signature)
-    except ValueError as error:
-        raise CLIError(str(error), USAGE) from None
-    results = module[signature.name].call_flat(*arrays)
-    typer.echo(report_results(signature.name, results, signature.outputs, sinks, names=signature.output_keys()))
+    """Call a function of an artifact and print its results like iree-run-module, each under its name."""
+    typer.echo(run_artifact(artifact, function, inputs or [], outputs or [], device))
 
 
 @app.command()
@@ -248,9 +296,8 @@ def viz(
                                           "artifact.")],
     output: Annotated[Path, typer.Option("-o", "--output", metavar="OUT.svg", help="The picture: .svg, .png or "
                                          ".pdf (rendered by Graphviz's dot) or .dot.")],
-    grad: Annotated[bool, typer.Option("--grad", help="Draw @F_grad: F's forward ops and the ones the pass adds.")]
-    = False,
-    wrt: Wrt = None, func: Func = None,
+    grad: Annotated[bool, flag("--grad", help="Draw @F_grad: F's forward ops and the ones the pass adds.")] = False,
+    wrt: Wrt = None, func: Annotated[str | None, function_option("to draw (with --grad, its gradient)")] = None,
 ) -> None:
     """Draw a function (and, with --grad, its adjoint) as a graph of ops; an artifact as its functions."""
     if source.endswith(".vmfb"):
@@ -283,14 +330,10 @@ def viz(
 @app.command()
 def inspect(
     artifact: Artifact,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the metadata as JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the metadata as JSON.")] = False,
 ) -> None:
     """Show an artifact's functions, target, flags and versions (no device needed)."""
-    data, metadata = artifact_metadata(artifact)
-    if as_json:
-        typer.echo(json.dumps(metadata, indent=2, sort_keys=True))
-        return
-    typer.echo(describe_artifact(artifact, len(data), metadata))
+    typer.echo(inspect_artifact(artifact, as_json))
 
 
 @app.command()
@@ -305,13 +348,12 @@ def targets() -> None:
 def header(
     artifact: Artifact,
     output: Annotated[Path, typer.Option("-o", "--output", metavar="OUT.h", help="The C header to write.")],
-    embed: Annotated[bool, typer.Option("--embed", help="Put the artifact's bytes in the header "
-                                        "(PREFIX_open_embedded): the application is one binary.")] = False,
+    embed: Annotated[bool, flag("--embed", help="Put the artifact's bytes in the header (PREFIX_open_embedded): "
+                                "the application is one binary.")] = False,
     prefix: Annotated[str | None, typer.Option("--prefix", metavar="NAME", help="What the header's identifiers "
                                                "start with (default: the artifact's file name).")] = None,
 ) -> None:
-    """Write a typed C header for an artifact: one C function per exported function, on irgrad's C library
-    (docs/guides/embedding-c.md)."""
+    """Write a typed C header for an artifact: one C function per exported function (docs/guides/embedding-c.md)."""
     from irgrad.runtime.c_header import c_header
 
     data, metadata = artifact_metadata(artifact)

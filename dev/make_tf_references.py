@@ -71,6 +71,11 @@ class TFNamespace:
     hessian_vector_product = staticmethod(gradients_impl._hessian_vector_product)
     no_gradient = staticmethod(tf.no_gradient)
 
+    @staticmethod
+    def function(fn=None, input_signature=None):
+        """``tf.function`` as the cases run (``autograph=False``: graph semantics, as ``ig.function``)."""
+        return tf.function(fn, input_signature=input_signature, autograph=False)
+
 
 def builtin_base(exc: BaseException) -> str:
     for cls in type(exc).__mro__:

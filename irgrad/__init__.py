@@ -11,11 +11,11 @@ bindings. Where ``iree-base-compiler`` is not installed, ``import irgrad`` gives
 alone (``ig.load``, ``Module``, the errors): a device that only runs artifacts needs
 ``iree-base-runtime`` and numpy.
 """
-from __future__ import annotations
-
-import importlib.util
-import logging
-from typing import TYPE_CHECKING
+# Standard-library names under private aliases: dir(irgrad) is the public API (``__dir__`` below).
+import logging as _logging
+import typing as _typing
+from importlib import import_module as _import_module, util as _importlib_util
+from types import ModuleType as _ModuleType
 
 from .version import __version__
 from . import runtime
@@ -24,7 +24,7 @@ from .runtime import (Artifact as Artifact, ArtifactError as ArtifactError, Comp
 
 # The library logs under the "irgrad" logger (irgrad.runtime.compiler, ...); quiet unless the
 # application configures logging.
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 newaxis = None
 # Submodules that run without the compiler (they import only irgrad.runtime and their own extras).
@@ -33,8 +33,8 @@ _RUNTIME_MODULES = ("fleet",)
 # Type checkers see the whole toolchain (the frontend's names, never the fallback below).
 # irgrad-runtime (runtime-dist/) ships no frontend; the full irgrad without the compiler has one
 # it cannot import.
-_FRONTEND = importlib.util.find_spec(f"{__name__}.frontend") is not None
-if TYPE_CHECKING or (_FRONTEND and importlib.util.find_spec("iree.compiler") is not None):
+_FRONTEND = _importlib_util.find_spec(f"{__name__}.frontend") is not None
+if _typing.TYPE_CHECKING or (_FRONTEND and _importlib_util.find_spec("iree.compiler") is not None):
     from .frontend import *  # noqa: F403
     from .ops import *  # noqa: F403  (already in frontend's names; said again for type checkers)
     # Named again: irgrad.function and irgrad.gradients are also submodules, which type checkers prefer.
@@ -45,9 +45,17 @@ else:
         if name.startswith("__"):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         if name in _RUNTIME_MODULES:  # `from irgrad import fleet`: a submodule that needs no compiler
-            return importlib.import_module(f"{__name__}.{name}")
+            return _import_module(f"{__name__}.{name}")
         need = "pip install iree-base-compiler" if _FRONTEND else "pip install irgrad (this is irgrad-runtime)"
         raise ImportError(
             f"irgrad.{name} is part of irgrad's frontend, which needs the compiler: {need}. "
             "This install runs artifacts only (ig.load, Module, ig.runtime)."
         )
+
+
+def __dir__() -> list[str]:
+    """``dir(irgrad)``: the public API (PEP 562), without the modules it is built from; a submodule
+    is listed where it is public (``ig.nn``, ``ig.runtime``: in the frontend's ``__all__``)."""
+    public = {"runtime", *_RUNTIME_MODULES, *getattr(globals().get("frontend"), "__all__", ())}
+    return sorted(name for name, value in globals().items() if name == "__version__" or (
+        not name.startswith("_") and (not isinstance(value, _ModuleType) or name in public)))

@@ -8,9 +8,11 @@ bindings (``iree.compiler``) only through ``mlir_bindings``, on first use: a run
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +245,17 @@ def _legalize_vhlo(data: bytes, producer: str, printed: str) -> str:
 
 # Arguments named by an arg attribute rather than a location.
 _NAME_ATTRS = ("jax.arg_info", "tf.name", "torch.name")
+
+
+def suggestion(given: object, names: Iterable[str | None], prefix: str = "") -> str:
+    """``"; did you mean 'w1'?"`` (``"@loss"`` with ``prefix`` ``"@"``) when ``given`` is close
+    to one of ``names`` (difflib, ignoring case), else ``""``: the "did you mean" of every
+    error about a name (``--func``, ``--wrt``, an artifact's function, an ``.npz`` key)."""
+    known = {n.lower(): n for n in reversed([n for n in names if n])}
+    close = difflib.get_close_matches(str(given).lower(), list(known), n=1)
+    if not close or known[close[0]] == given:
+        return ""
+    return f"; did you mean {prefix}{known[close[0]]}?" if prefix else f"; did you mean {known[close[0]]!r}?"
 
 
 def argument_names(func_op: Any) -> list[str | None]:

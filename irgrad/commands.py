@@ -7,7 +7,9 @@ these; scripts such as ``benchmarks/profile.py`` use them too.
 
 Errors that a command line reports as they are raise ``CLIError``, which
 carries the exit status: ``USAGE`` (2) for a bad argument or a missing file,
-``FAILURE`` (1) for anything that fails while running.
+``FAILURE`` (1) for anything that fails while running. ``CLIError`` and the one-line
+messages live in ``messages``, what ``inspect`` and ``run`` do in ``artifact_cli``:
+both need only the runtime. They are named here too.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import importlib.util
 import json
 import re
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -25,46 +26,19 @@ from . import passes, runtime
 from .boundary import IRError, module_text
 from .function import Function, compile_text, export
 from .runtime.artifact import atomic_write
-from .runtime.vmfb import read_sidecar, signatures_from_metadata
 from .runtime.options import TARGET_FLAGS
-from .passes.grad import ChoiceError, suggestion as did_you_mean
+from .passes.grad import ChoiceError
+# The one-line errors and the artifact commands (inspect, run) need only the runtime: the
+# runtime-only install has them too.
+from .messages import FAILURE, USAGE, CLIError, did_you_mean, one_line
+from .artifact_cli import artifact_metadata, describe_artifact, pick_function, signature_lines, training_lines
 
 __all__ = [
     "USAGE", "FAILURE", "CLIError", "did_you_mean", "one_line", "parse_wrt", "import_model", "model_function",
     "load_source", "read_mlir", "located", "with_file_locations", "write_text", "adjoints", "argument_lines",
-    "compile_blaming", "pick_function", "signature_lines", "artifact_metadata", "describe_artifact", "training_lines",
-    "describe_targets",
+    "training_needs_wrt", "compile_blaming", "pick_function", "signature_lines", "artifact_metadata",
+    "describe_artifact", "training_lines", "describe_targets",
 ]
-
-USAGE = 2  # click's exit status for a bad command line
-FAILURE = 1
-
-
-class CLIError(Exception):
-    """An error the CLI reports as one line, with its exit status."""
-
-    def __init__(self, message: str, exit_code: int = FAILURE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def one_line(error: BaseException) -> str:
-    """``error`` as a single line of text.
-
-    Errors of an unexpected kind are prefixed with their type and point at
-    ``irgrad --debug`` for the traceback.
-    """
-    if isinstance(error, OSError) and error.filename is not None and error.strerror:
-        return f"{error.filename}: {error.strerror}"
-    if isinstance(error, KeyError) and error.args:
-        text = str(error.args[0])
-    else:
-        text = str(error)
-    text = " ".join(text.split()) or type(error).__name__
-    expected = (CLIError, ValueError, LookupError, RuntimeError, TypeError, OSError)
-    if not isinstance(error, expected):
-        text = f"{type(error).__name__}: {text} (run 'irgrad --debug ...' for the traceback)"
-    return text
 
 
 # ----- sources: .mlir files and model.py:function ---------------------------------------
@@ -274,6 +248,17 @@ def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: boo
                                 hessian=hessian, loop_checkpoints=checkpoints, train=train, learning_rate=lr)
 
 
+def training_needs_wrt(text: str, func: str, source: str) -> str:
+    """Why ``irgrad compile MODEL.py:F --train`` without ``--wrt`` is refused: an ig.function's
+    arguments mix data and weights (``loss(x, y, w1, ...)``), so "every float argument" would
+    train the data too. The message names F's arguments, as ``--wrt`` takes them."""
+    signature = runtime.parse_signatures(text)[func]
+    names = [name or f"arg{i}" for i, name in enumerate(signature.arg_names or (None,) * len(signature.inputs))]
+    described = ", ".join(f"{i} {name} ({t})" for i, (name, t) in enumerate(zip(names, signature.inputs)))
+    return (f"--train needs --wrt for {source}: name the parameters to train, by name or index, among "
+            f"{func}'s arguments: {described}; the others stay data")
+
+
 def argument_lines(text: str, func: str | None = None) -> str:
     """What ``irgrad grad --list-args`` prints: each public function's arguments, with the
     index and the name (where the producer gave one) that ``--wrt`` accepts."""
@@ -295,73 +280,7 @@ def argument_lines(text: str, func: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def pick_function(names: Sequence[str], function: str | None, artifact: object) -> str:
-    """``function`` if ``names`` has it, or the only name when it is None; else a usage error naming ``artifact``."""
-    if function is None:
-        if len(names) != 1:
-            raise CLIError(f"{artifact} has {len(names)} functions; choose one with --function "
-                           f"({', '.join(names) or 'none'})", USAGE)
-        return names[0]
-    if function not in names:
-        raise CLIError(f"no function {function!r} in {artifact}; functions: {', '.join(names) or 'none'}"
-                       f"{did_you_mean(function, names)}", USAGE)
-    return function
-
-
 # ----- output ---------------------------------------------------------------------------
-
-def signature_lines(functions: dict) -> list[str]:
-    """One indented line per function signature (``  f(2x3xf32) -> (f32)``), in order."""
-    return [f"  {signature!r}" for signature in functions.values()]
-
-
-def artifact_metadata(path: Path) -> tuple[bytes, dict]:
-    """An artifact's bytes and metadata (checked, no device needed); errors name the file."""
-    if not path.is_file():
-        raise CLIError(f"{path}: no such file", USAGE)
-    data = path.read_bytes()
-    try:
-        return data, runtime.read_metadata(data, read_sidecar(path))
-    except runtime.ArtifactError as error:
-        raise runtime.ArtifactError(f"{path}: {error}") from None
-
-
-def describe_artifact(path: Path, size: int, metadata: dict) -> str:
-    """What ``irgrad inspect`` prints: size, module, target, executables, flags, versions, functions."""
-    formats = runtime.executable_formats(path)
-    fields = [
-        ("module", metadata.get("module")),
-        ("target", metadata.get("target") or "unknown"),
-        ("executables", ", ".join(formats) or "none"),
-        ("flags", " ".join(metadata.get("flags") or []) or "unknown"),
-        ("iree compiler", metadata.get("iree_compiler") or "unknown"),
-        ("producer", metadata.get("producer") or "unknown"),
-    ]
-    lines = [f"{path}: {size:,} bytes"]
-    lines += [f"  {key + ':':<15}{value}" for key, value in fields]
-    signatures = signatures_from_metadata(metadata)
-    lines += ["functions:", *signature_lines(signatures)]
-    for name, train in (metadata.get("training") or {}).items():
-        lines += training_lines(name, train, signatures.get(name))
-    return "\n".join(lines)
-
-
-def training_lines(name: str, train: dict, signature: runtime.Signature | None) -> list[str]:
-    """What ``irgrad inspect`` says about a training step: optimizer, parameters by name, the
-    state's layout, and the order of its results (F's, the new parameters, the new state)."""
-    params, state = list(train["params"]), list(train["state"])
-    arg_names = list(signature.arg_names) if signature and signature.arg_names else []
-    names = list(train.get("param_names") or [arg_names[i] if i < len(arg_names) and arg_names[i] else f"arg{i}"
-                                              for i in params])
-    lines = [f"training step {name}: {train['optimizer']}, learning rate {train['learning_rate']:g}",
-             f"  parameters: {', '.join(f'{n} (arg {i})' for n, i in zip(names, params))}",
-             f"  state:      {', '.join(state)}  (inputs after F's arguments; {name.removesuffix('_step')}_init "
-             f"makes the first)"]
-    if signature is not None:
-        own = signature.output_keys()[:len(signature.outputs) - len(params) - len(state)]
-        lines.append(f"  returns:    {', '.join(own)}, then the new {', '.join(names)}, then the new state")
-    return lines
-
 
 def describe_targets() -> str:
     """What ``irgrad targets`` prints: compile targets with their flags, then the devices usable here."""

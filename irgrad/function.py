@@ -13,13 +13,13 @@ import functools
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from . import dtypes, nest
-from .framework import Graph, Tensor, TensorShape
+from .framework import Graph, Tensor, TensorShape, has_default_graph
 from .ops.core import as_numpy, convert_to_tensor
 from .passes.ir.mlir import ir, run_pipeline, verify
 from .variables import Variable
@@ -185,7 +185,10 @@ class Function:
     Calling it traces ``fn`` once per signature (numpy arrays' shapes and dtypes, Python values,
     the ``input_signature`` when given), compiles each trace for ``target`` and runs it on
     ``device``; the arguments are those of ``ig.function``. Used on a method, the instance is a
-    static argument.
+    static argument. Called while another function is traced (or inside ``with
+    ig.Graph().as_default():``), it traces ``fn`` into that graph instead, as ``tf.function``
+    does: tensors pass through (gradients flow through the call), numpy values become
+    constants, Python values stay static, and nothing is compiled for the inner function.
 
     Attributes and methods: ``name`` (the module's function name), ``input_signature``,
     ``target``, ``device``, ``compile_flags``; ``lower(*args)`` traces without compiling and
@@ -195,9 +198,9 @@ class Function:
     Raises:
         TypeError: an ``input_signature`` entry that is not an ``ig.TensorSpec``, an unknown
             compile flag, a call with the wrong number of arguments or a dtype other than the
-            signature's, or a symbolic ``ig.Tensor`` as an argument: a compiled function is called
-            with arrays, not from inside another traced function (TensorFlow would inline it).
-        ValueError: an unknown ``target``, or an argument of a shape the signature refuses.
+            signature's, a symbolic ``ig.Tensor`` as an argument outside any trace, or (called
+            from a trace, as TensorFlow) a tensor of a shape the signature refuses.
+        ValueError: an unknown ``target``, or an array of a shape the signature refuses.
     """
 
     def __init__(self, fn: Callable, input_signature: Sequence[TensorSpec] | None = None,
@@ -218,7 +221,15 @@ class Function:
         self._traces: dict[Any, ConcreteFunction] = {}
         # Calls whose arguments are all numpy arrays, by (shape, dtype) of each: the trace and
         # its loaded function, so a repeated call skips binding and building the trace's key.
-        self._fast: dict[tuple, tuple[ConcreteFunction, Any]] = {}
+        self._fast: dict[tuple, Callable[..., Any]] = {}
+        # With an input_signature: per argument the numpy dtype and shape (None: any size) that
+        # the one trace takes as it is, and (after the first call) its loaded function, run
+        # straight away for positional numpy values that match (None for a bfloat16 argument:
+        # such calls take the checked way).
+        self._sig_arrays = None if self.input_signature is None else tuple(
+            (None if s.dtype == dtypes.bfloat16 else np.dtype(s.dtype.as_numpy_dtype), tuple(s.shape))
+            for s in self.input_signature)
+        self._sig_runner: Callable[..., Any] | None = None
 
     # --- argument handling ---
     def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -261,8 +272,8 @@ class Function:
                 arrays.append(arr)
                 return spec
             if isinstance(leaf, Tensor):
-                raise TypeError(f"{self.name}(): got the symbolic tensor {leaf.name!r}; call compiled "
-                                "functions with numpy arrays or Python values")
+                raise TypeError(f"{self.name}(): got the symbolic tensor {leaf.name!r} outside any trace; call "
+                                "compiled functions with numpy arrays or Python values, or from another function")
             if isinstance(leaf, Variable):
                 key_parts.append(("var", id(leaf)))
                 return leaf
@@ -295,8 +306,21 @@ class Function:
         return cf
 
     def __call__(self, *args, **kwargs):
+        if has_default_graph():  # called while another function is traced: trace into it
+            return self._inline(args, kwargs)
         fast = None
-        if not kwargs and self.input_signature is None:
+        if self._sig_arrays is not None:
+            # Positional numpy arrays (or scalars) of the signature's dtypes and shapes: straight
+            # to the module.
+            runner = self._sig_runner
+            if runner is not None and not kwargs and len(args) == len(self._sig_arrays):
+                for a, (dtype, shape) in zip(args, self._sig_arrays):
+                    if (type(a) is not np.ndarray and not isinstance(a, np.generic)) or a.dtype != dtype \
+                            or (a.shape != shape and not _fits(a.shape, shape)):
+                        break
+                else:
+                    return runner(*args)
+        elif not kwargs:
             # A call with the arrays of an earlier call's types and shapes: straight to its module.
             fast = tuple([(type(a), a.shape, a.dtype) if type(a) is np.ndarray or isinstance(a, np.generic)
                           else None for a in args])
@@ -311,7 +335,32 @@ class Function:
         fn = cf.module(self.target, self.device, self.compile_flags)[cf.name]
         if fast is not None and len(arrays) == len(args):  # every argument was an array leaf
             self._fast[fast] = cf.runner(fn)
+        elif self._sig_arrays is not None and self._sig_runner is None:
+            self._sig_runner = cf.runner(fn)
         return cf.run_with(fn, arrays)
+
+    def _inline(self, args: tuple, kwargs: dict):
+        """A call while a graph is being built (another ``ig.function``'s trace, a ``with
+        ig.Graph().as_default():`` block): ``fn`` traced into that graph, as ``tf.function``
+        called from a ``tf.function``. Tensors pass as they are, so gradients flow through the
+        call; numpy values become constants, Python values stay static; with an
+        ``input_signature``, each argument is checked against (and converted to) its
+        ``TensorSpec`` (``TypeError`` otherwise, as TensorFlow raises). Returns ``fn``'s
+        outputs, each leaf a tensor (``None`` stays ``None``)."""
+        if self.input_signature is not None:
+            args, kwargs = self._bind(args, kwargs)
+            flat = list(args) + list(kwargs.values())
+            if len(flat) != len(self.input_signature):
+                raise TypeError(f"{self.name}() takes {len(self.input_signature)} tensor arguments per its "
+                                f"input_signature, got {len(flat)}")
+            tensors = [_conform_tensor(leaf, spec, i, self.name)
+                       for i, (leaf, spec) in enumerate(zip(flat, self.input_signature))]
+            args, kwargs = tuple(tensors[:len(args)]), dict(zip(kwargs, tensors[len(args):]))
+        else:
+            args, kwargs = nest.map_structure(_numpy_to_tensor, (args, kwargs))
+        outputs = self._fn(*args, **kwargs)
+        return nest.map_structure(lambda t: t if t is None or isinstance(t, Tensor) else convert_to_tensor(t),
+                                  outputs)
 
     def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (arrays, values or TensorSpecs) without running."""
@@ -388,26 +437,59 @@ def _structure_key(structure) -> Any:
     return "."
 
 
-def conform(value, spec: TensorSpec, index: int, fname: str) -> np.ndarray:
+def _fits(shape: tuple[int, ...], spec: tuple[int | None, ...]) -> bool:
+    """Whether an array's shape is one a TensorSpec's (None: any size) takes."""
+    return len(shape) == len(spec) and all(d is None or n == d for n, d in zip(shape, spec))
+
+
+def conform(value, spec: TensorSpec, index: int, fname: str, shape_error: type[Exception] = ValueError) -> np.ndarray:
     if isinstance(value, Tensor):
         raise TypeError(f"{fname}(): argument {index} is a symbolic tensor; pass numpy arrays")
     if isinstance(value, np.ndarray) and dtypes.as_dtype(value.dtype) != spec.dtype:
         raise TypeError(f"{fname}(): argument {index} has dtype {value.dtype}, but the input_signature "
                         f"expects {spec.dtype.name}")
     arr, _ = as_numpy(value, spec.dtype)
-    if len(arr.shape) != len(spec.shape) or any(d is not None and n != d for n, d in zip(arr.shape, spec.shape)):
-        raise ValueError(f"{fname}(): argument {index} has shape {tuple(arr.shape)}, but the "
-                         f"input_signature expects {tuple(spec.shape)}")
+    if not _fits(arr.shape, tuple(spec.shape)):
+        raise shape_error(f"{fname}(): argument {index} has shape {tuple(arr.shape)}, but the "
+                          f"input_signature expects {tuple(spec.shape)}")
     return arr
 
 
-@overload
-def function(fn: Callable[..., Any], input_signature: Sequence[TensorSpec] | None = None,
-             target: str = "llvm-cpu", device: str | None = None, **compile_flags: Any) -> Function: ...
-@overload
-def function(fn: None = None, input_signature: Sequence[TensorSpec] | None = None,
-             target: str = "llvm-cpu", device: str | None = None,
-             **compile_flags: Any) -> Callable[[Callable[..., Any]], Function]: ...
+def _conform_tensor(value, spec: TensorSpec, index: int, fname: str) -> Tensor:
+    """Argument ``index`` of an inlined call (``Function._inline``) as a tensor of ``spec``: a
+    tensor (or a variable, read) of its dtype and a shape it takes, or a value converted to
+    one. TensorFlow's binding rule: ``TypeError`` for either mismatch."""
+    if isinstance(value, (Tensor, Variable)):
+        t = convert_to_tensor(value)
+        if t.dtype != spec.dtype:
+            raise TypeError(f"{fname}(): argument {index} is a {t.dtype.name} tensor, but the input_signature "
+                            f"expects {spec.dtype.name}")
+        shape = tuple(t.shape)
+        if len(shape) != len(spec.shape) or any(n is not None and d is not None and n != d
+                                                for n, d in zip(shape, spec.shape)):
+            raise TypeError(f"{fname}(): argument {index} has shape {shape}, but the input_signature "
+                            f"expects {tuple(spec.shape)}")
+        return t
+    return convert_to_tensor(conform(value, spec, index, fname, TypeError), spec.dtype)
+
+
+def _numpy_to_tensor(leaf):
+    """A numpy argument of an inlined call as a constant (TensorFlow's rule); others as they are."""
+    return convert_to_tensor(leaf) if isinstance(leaf, (np.ndarray, np.generic)) else leaf
+
+
+# The decorator's two forms, for type checkers only: at run time ``typing.overload`` files every
+# variant in a registry that outlives the interpreter's clean-up, and with them this module's
+# globals, the runtime modules they reach and every IREE object those hold (devices, VM
+# instances): nanobind then reports them all as leaked at exit (issue 40).
+if TYPE_CHECKING:
+    @overload
+    def function(fn: Callable[..., Any], input_signature: Sequence[TensorSpec] | None = None,
+                 target: str = "llvm-cpu", device: str | None = None, **compile_flags: Any) -> Function: ...
+    @overload
+    def function(fn: None = None, input_signature: Sequence[TensorSpec] | None = None,
+                 target: str = "llvm-cpu", device: str | None = None,
+                 **compile_flags: Any) -> Callable[[Callable[..., Any]], Function]: ...
 
 
 def function(fn: Callable[..., Any] | None = None, input_signature: Sequence[TensorSpec] | None = None,
@@ -434,6 +516,11 @@ def function(fn: Callable[..., Any] | None = None, input_signature: Sequence[Ten
         **compile_flags: ``irgrad.runtime.CompileOptions`` fields: ``cpu``, ``triple``,
             ``cuda_arch``, ``rocm_arch``, ``extra_flags``, ``memory_limit``, ``time_limit``.
 
+    Functions that call functions: an ``ig.function`` called inside another one's trace is
+    traced inline, as ``tf.function`` called from a ``tf.function`` (keyword arguments, static
+    Python values, its ``input_signature`` checked, gradients through the call); only the
+    outermost function is compiled.
+
     Retracing: a new shape, dtype or Python value traces and compiles again (each compile also
     lands in the disk cache, ``irgrad cache info``). Pass arrays, not Python numbers, for values
     that change, or give an ``input_signature``.
@@ -444,7 +531,7 @@ def function(fn: Callable[..., Any] | None = None, input_signature: Sequence[Ten
         def loss(x):
             return ig.reduce_sum(ig.tanh(x) ** 2)
 
-        loss(np.ones(3, np.float32))       # a numpy float32 scalar
+        loss(np.ones(3, np.float32))       # a 0-d numpy float32 array (shape ())
         loss.lower().mlir                  # the StableHLO text; .compile() gives an ig.Artifact
     """
     if fn is None:

@@ -20,7 +20,7 @@ import numpy as np
 from .boundary import ELEMENT_DTYPES
 from .runtime import Signature, TensorType
 from .runtime.artifact import atomic_write
-from .commands import did_you_mean, one_line
+from .messages import did_you_mean, one_line
 
 __all__ = [
     "MAX_PRINTED_ELEMENTS", "numpy_dtype", "parse_type", "parse_value", "read_npy", "read_npz",
@@ -275,7 +275,8 @@ def write_npz(file: Any, arrays: dict[str, Any]) -> None:
 
 def report_results(function: str, results: Sequence[Any], types: Sequence[TensorType],
                    sinks: Sequence[tuple[str, Path | None]] = (), names: Sequence[str] | None = None) -> str:
-    """iree-run-module's printout of a call: ``EXEC @function``, then each result.
+    """iree-run-module's printout of a call: ``EXEC @function``, then each result, under its
+    name (``result[1]: d_w1``) where ``names`` gives one, else as IREE does (``result[1]: hal.buffer_view``).
 
     ``sinks`` (from ``parse_output``, one per result in order) save a result
     to a file or skip it instead of printing it; results past the last sink
@@ -294,7 +295,10 @@ def report_results(function: str, results: Sequence[Any], types: Sequence[Tensor
         action, path = sinks[i] if i < len(sinks) else ("print", None)
         if action == "print":
             type_name = str(TensorType((), want.dtype))
-            lines += [f"result[{i}]: hal.buffer_view", format_array(np.asarray(result), type_name)]
+            # result<i> is output_keys' stand-in for a result without a name
+            label = names[i] if names is not None and i < len(names) and names[i] != f"result{i}" \
+                else "hal.buffer_view"
+            lines += [f"result[{i}]: {label}", format_array(np.asarray(result), type_name)]
         elif path is not None:
             save_array(np.asarray(result), path, append=action == "append")
     return "\n".join(lines)

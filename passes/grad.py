@@ -21,12 +21,11 @@ canonicalize + cse and verified.
 """
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..boundary import RESULT_NAME, argument_names, result_names
+from ..boundary import RESULT_NAME, argument_names, result_names, suggestion
 from .ir import hlo
 from .transforms.backprop import backprop, carries
 from .transforms import batching
@@ -44,16 +43,6 @@ CLEANUP = "func.func(canonicalize,cse)"
 class ChoiceError(ValueError):
     """``func`` or ``wrt`` names (or indexes) a function or argument the module does not have,
     or one that cannot be differentiated: the caller's choice is wrong, not the module."""
-
-
-def suggestion(given: object, names: Sequence[str | None], prefix: str = "") -> str:
-    """``"; did you mean 'w1'?"`` (``"@loss"`` with ``prefix`` ``"@"``) when ``given`` is close
-    to one of ``names`` (difflib, ignoring case), else ``""``."""
-    known = {n.lower(): n for n in reversed([n for n in names if n])}
-    close = difflib.get_close_matches(str(given).lower(), list(known), n=1)
-    if not close or known[close[0]] == given:
-        return ""
-    return f"; did you mean {prefix}{known[close[0]]}?" if prefix else f"; did you mean {known[close[0]]!r}?"
 
 
 def public_functions(module: ir.Module) -> list[ir.Operation]:
@@ -101,9 +90,9 @@ def find_function(module: ir.Module, name: str | None) -> ir.Operation:
     for f in funcs:
         if function_name(f) == name:
             return f
-    names = ", ".join("@" + function_name(f) for f in funcs) or "none"
-    raise ChoiceError(f"no function @{name} in module; functions: {names}"
-                      f"{suggestion(name, [function_name(f) for f in funcs], '@')}")
+    public = [function_name(f) for f in public_functions(module)]  # private helpers are no one's choice
+    raise ChoiceError(f"no function @{name} in module; functions: {', '.join('@' + n for n in public) or 'none'}"
+                      f"{suggestion(name, public, '@')}")
 
 
 def float_arguments(func_op: ir.Operation) -> list[int]:

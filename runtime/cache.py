@@ -39,7 +39,11 @@ def cache_size_limit() -> int:
         return DEFAULT_SIZE_LIMIT
     if value == "0":
         return 0
-    limit = parse_bytes(value, SIZE_ENV)
+    try:
+        limit = parse_bytes(value, SIZE_ENV)
+    except ValueError:  # parse_bytes' own text ("bytes > 0") would deny the 0 allowed above
+        raise ValueError(f"bad {SIZE_ENV} {value!r}; allowed: 0 (keep nothing), a number of bytes, or a size "
+                         "such as 2G or 500M") from None
     assert limit is not None
     return limit
 

@@ -35,7 +35,8 @@ class ArtifactError(ValueError):
     anything runs, when the file is not a ``.vmfb``, is truncated, or its seal or checksums do
     not match (damaged in transit); when its metadata sidecar is not valid JSON; or when it
     was built by another IREE release (artifacts only load in the release that built them: the
-    message says which built it, and to recompile). The message is one line naming the file.
+    message says which built it, and to recompile); or when it is MLIR, not yet compiled (the
+    message says how to compile it). The message is one line naming the file.
 
     Example::
 
@@ -69,3 +70,21 @@ def iree_message(error: BaseException) -> str:
     text = lines[0] if lines else type(error).__name__
     match = re.search(r"\S+\.(?:c|cc|h):\d+: (.*)$", text)
     return match.group(1) if match else text
+
+
+# How MLIR starts: the bytecode magic (a StableHLO portable artifact is MLIR bytecode too), or text
+# whose first statement is a module, a function, an attribute alias or a location alias.
+_MLIR_BYTECODE = b"ML\xefR"
+_MLIR_TEXT = re.compile(r"\A(?:\s|//[^\n]*\n)*(?:module\b|func\.func\b|\"?builtin\.module|#\w+\s*=)")
+
+
+def not_an_artifact(data: bytes, reason: str) -> ArtifactError:
+    """The ArtifactError for bytes IREE cannot load as a module: MLIR (text, bytecode, a StableHLO
+    portable artifact), said to be MLIR with how to compile it; anything else with IREE's ``reason``."""
+    head = bytes(data[:4096])
+    if head.startswith(_MLIR_BYTECODE) or _MLIR_TEXT.match(head.decode("utf-8", "replace")):
+        kind = "MLIR bytecode" if head.startswith(_MLIR_BYTECODE) else "MLIR text"
+        return ArtifactError(f"this is {kind} (StableHLO), not a compiled artifact: compile it first, "
+                             "e.g. irgrad compile model.mlir -o model.vmfb (add --grad for its gradient), "
+                             "or ig.compile(text).save('model.vmfb') in Python")
+    return ArtifactError(f"not a valid IREE artifact (.vmfb): {reason}")

@@ -310,7 +310,8 @@ def profile_dispatches(
         function: profile only this public function (the others are made
             private, so IREE drops what only they use); ``None``: every public
             function, and the whole call is timed only if there is just one.
-        device: IREE driver to run on (default: the target's).
+        device: IREE driver to run on (default: the target's); one that cannot run the
+            target's code is a ValueError.
         repetitions: timed repetitions per benchmark; the median is reported.
         min_time: seconds each repetition runs at least.
         batch_size: invocations of a dispatch per timed iteration (each
@@ -332,6 +333,9 @@ def profile_dispatches(
     if options.is_cross:
         raise ValueError(f"cannot profile code for {options.triple} on this machine; drop the triple")
     device = device or options.target.default_driver
+    if device.split("://")[0] not in options.target.drivers:
+        raise ValueError(f"cannot profile {options.target.value} code on device {device!r}; "
+                         f"use {' or '.join(options.target.drivers)}")
     mlir_text = for_iree(mlir_text)
     text, signatures, places = _prepare(mlir_text, function)
     if function is None and len(signatures) == 1:

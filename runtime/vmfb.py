@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import ArtifactError, iree_message
+from .errors import ArtifactError, iree_message, not_an_artifact
 from .signature import Signature, parse_declaration
 
 __all__ = ["executable_formats", "read_metadata", "read_sidecar", "seal", "signatures_from_metadata", "vm_module"]
@@ -67,7 +67,7 @@ def vm_module(data: bytes, instance: Any = None, *, checked: bool = False) -> An
     try:
         return rt.VmModule.copy_buffer(instance, data)
     except (ValueError, RuntimeError) as error:
-        raise ArtifactError(f"not a valid IREE artifact (.vmfb): {iree_message(error)}") from None
+        raise not_an_artifact(data, iree_message(error)) from None
 
 
 _DIGEST = b"irgrad-sha256:"

@@ -109,8 +109,9 @@ def error_line(result) -> str:
 
 
 def printed_results(stdout: str) -> list[np.ndarray]:
-    """Numbers of each ``result[i]`` printed by ``irgrad run``, flattened."""
-    values = re.findall(r"result\[\d+\]: hal\.buffer_view\n\S*?=(.*)", stdout)
+    """Numbers of each ``result[i]`` printed by ``irgrad run`` (under its name or IREE's
+    ``hal.buffer_view``), flattened."""
+    values = re.findall(r"result\[\d+\]: \S+\n\S*?=(.*)", stdout)
     return [np.array(re.split(r"[\s\[\]]+", v.strip(" []")), dtype=np.float64) for v in values]
 
 
@@ -603,7 +604,7 @@ def test_compile_again_hits_the_cache(work, cpu_compile):
     (["--target", "vulkan", "--cpu", "generic"], "--cpu applies to target llvm-cpu only, not vulkan-spirv"),
     (["--target", "cuda", "--cuda-arch", "90"], "bad cuda_arch '90'"),
     (["--triple", "sparc-sun-solaris"], "bad triple"),
-    (["--func", "f"], "--func needs --grad, --vjp or --train"),
+    (["--func", "f"], "--func needs --grad, --vjp, --jvp, --hessian or --train"),
 ])
 def test_compile_usage_errors(work, tmp_path, args, message):
     out = tmp_path / "x.vmfb"
@@ -633,7 +634,7 @@ def test_round_trip_gradient(cpu_compile, tmp_path):
     gx, gw = loss_grads(X, W)
     result = cli("run", artifact, "--function", "loss_grad", "--input", spec(X), "--input", spec(W))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("EXEC @loss_grad\nresult[0]: hal.buffer_view\n2x3xf32=[")
+    assert result.stdout.startswith("EXEC @loss_grad\nresult[0]: d_arg0\n2x3xf32=[")  # named as inspect names it
     printed = printed_results(result.stdout)
     np.testing.assert_allclose(printed[0], gx.ravel(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(printed[1], gw, rtol=1e-5, atol=1e-6)
@@ -830,3 +831,219 @@ def test_names_that_name_nothing_are_usage_errors(work, args):
     line = error_line(result)
     if args[-1] in ("ff", "los"):
         assert "did you mean" in line
+
+
+# ----- a new user's first hour (issue 40, items 5 and 6) --------------------------------------
+
+# A scalar loss of weights w and data x (and an integer, which is never a parameter).
+LOSS = """
+func.func @loss(%w: tensor<3xf32>, %x: tensor<3xf32>, %n: tensor<i32>) -> tensor<f32> {
+  %0 = stablehlo.sine %w : tensor<3xf32>
+  %1 = stablehlo.multiply %0, %x : tensor<3xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%1 init: %z) applies stablehlo.add across dimensions = [0]
+       : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+  return %s : tensor<f32>
+}
+"""
+LW = np.array([0.3, -1.2, 2.0], np.float32)
+LX = np.array([1.5, 0.5, -0.7], np.float32)
+
+
+@pytest.fixture(scope="module")
+def loss_artifact(work) -> tuple[str, Path]:
+    """LOSS compiled with --jvp, --hessian and --train sgd (no --wrt: an .mlir file's parameters
+    are every float argument): (compile's stdout, the artifact)."""
+    (work / "loss.mlir").write_text(LOSS)
+    out = work / "loss.vmfb"
+    result = invoke("compile", work / "loss.mlir", "--jvp", "--hessian", "--train", "sgd", "--lr", "0.5", "-o", out)
+    assert result.exit_code == 0, result.output
+    return result.stdout, out
+
+
+def test_train_without_wrt_refuses_a_model_and_names_its_arguments(work, tmp_path):
+    """A model.py's arguments mix data and weights: --train without --wrt is a usage error that
+    lists them by index, name and type, and compiles nothing."""
+    out = tmp_path / "t.vmfb"
+    result = invoke("compile", f"{work}/model.py:loss", "--train", "sgd", "-o", out)
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert f"--train needs --wrt for {work}/model.py:loss" in line
+    assert "loss's arguments: 0 arg0 (2x3xf32), 1 arg1 (3xf32)" in line
+    assert not out.exists()
+    named = work / "named.py"
+    named.write_text("import irgrad as ig\n\n@ig.function(input_signature=[ig.TensorSpec([4], name='x'), "
+                     "ig.TensorSpec([4], name='w')])\ndef loss(x, w):\n    return ig.reduce_sum(x * w)\n")
+    result = invoke("compile", f"{named}:loss", "--train", "adam", "-o", out)
+    assert result.exit_code == 2 and "0 x (4xf32), 1 w (4xf32)" in error_line(result)
+
+
+def test_compile_shows_what_train_trains_and_adds_jvp_and_hessian(loss_artifact):
+    """An .mlir file keeps the contract's default (every float argument), and compile says which
+    arguments that was; --jvp and --hessian reach compile as they do grad."""
+    stdout, _ = loss_artifact
+    lines = stdout.splitlines()
+    assert any(line.startswith("  loss_jvp(") for line in lines), stdout
+    assert any(line.startswith("  loss_hessian(") for line in lines), stdout
+    assert "training step loss_train_step: sgd, learning rate 0.5" in lines
+    assert "  parameters: arg0 (arg 0), arg1 (arg 1)" in lines  # w and x: the floats, not the i32
+
+
+def test_run_prints_results_by_name(loss_artifact):
+    """irgrad run names each result as inspect does (h_arg0, t_result0...); the values are the
+    Hessian blocks, the JVP and one SGD step of sum(sin(w) * x)."""
+    _, artifact = loss_artifact
+    hessian = invoke("run", artifact, "-f", "loss_hessian", "-i", spec(LW), "-i", spec(LX), "-i", "i32=0")
+    assert hessian.exit_code == 0, hessian.output
+    assert re.findall(r"^result\[\d\]: (\S+)$", hessian.stdout, re.M) == ["h_arg0", "h_arg1"]
+    h_w, h_x = printed_results(hessian.stdout)
+    np.testing.assert_allclose(h_w, np.diag(-np.sin(LW.astype(np.float64)) * LX).ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h_x, 0.0, atol=1e-7)
+    tw, tx = np.array([1.0, -2.0, 0.5], np.float32), np.array([0.25, 1.0, -1.0], np.float32)
+    jvp = invoke("run", artifact, "-f", "loss_jvp", "-i", spec(LW), "-i", spec(LX), "-i", "i32=0",
+                 "-i", spec(tw), "-i", spec(tx))
+    assert jvp.exit_code == 0, jvp.output
+    assert jvp.stdout.splitlines()[1] == "result[0]: hal.buffer_view"  # F's own result has no name
+    value, tangent = printed_results(jvp.stdout)
+    w64 = LW.astype(np.float64)
+    np.testing.assert_allclose(value, [np.sum(np.sin(w64) * LX)], rtol=1e-5)
+    np.testing.assert_allclose(tangent, [np.sum(np.cos(w64) * LX * tw + np.sin(w64) * tx)], rtol=1e-5)
+    step = invoke("run", artifact, "-f", "loss_train_step", "-i", spec(LW), "-i", spec(LX), "-i", "i32=0",
+                  "-i", "i32=0")
+    assert step.exit_code == 0, step.output
+    assert re.findall(r"^result\[\d\]: (\S+)$", step.stdout, re.M)[1:] == ["arg0", "arg1", "step"]
+    _, new_w, new_x, _ = printed_results(step.stdout)
+    np.testing.assert_allclose(new_w, w64 - 0.5 * np.cos(w64) * LX, rtol=1e-5)
+    np.testing.assert_allclose(new_x, LX - 0.5 * np.sin(w64), rtol=1e-5)
+
+
+def test_an_mlir_file_given_as_an_artifact_says_how_to_compile_it(work, tmp_path):
+    """ig.load, irgrad inspect and irgrad run of MLIR (text or bytecode): one line saying what it
+    is and how to compile it, not IREE's flatbuffer message."""
+    bytecode = tmp_path / "m.mlirbc"
+    bytecode.write_bytes(b"ML\xefR" + bytes(64))
+    for path, kind in ((work / "f.mlir", "MLIR text"), (bytecode, "MLIR bytecode")):
+        for args in (["inspect", path], ["run", path, "-f", "f"]):
+            line = error_line(invoke(*args))
+            assert f"{path}: this is {kind} (StableHLO), not a compiled artifact" in line
+            assert "irgrad compile model.mlir -o model.vmfb" in line and "FlatBuffer" not in line
+        with pytest.raises(irgrad.ArtifactError, match=f"this is {kind}.*ig.compile"):
+            irgrad.load(path)
+
+
+def test_profile_times_on_the_device_asked_for(work):
+    result = invoke("profile", work / "f.mlir", "--device", "local-sync", "--top", "2")
+    assert result.exit_code == 0, result.output
+    assert "on local-sync:" in result.stdout and "local-task" not in result.stdout
+    bad = invoke("profile", work / "f.mlir", "--device", "cuda")
+    assert bad.exit_code == 2
+    assert "cannot profile llvm-cpu code on device 'cuda'; use local-task or local-sync" in error_line(bad)
+
+
+def _options():
+    """(command, click option) of every command's options, -h/--help and the global and cache
+    commands' included, each command as the group hands it out when it runs."""
+    import click
+    import typer.main
+
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    commands = [("irgrad", group), *((n, group.get_command(ctx, n)) for n in group.commands)]  # type: ignore[attr-defined]
+    cache = group.get_command(ctx, "cache")  # type: ignore[attr-defined]
+    commands += [(f"cache {n}", cache.get_command(ctx, n)) for n in cache.commands]
+    return [(name, p) for name, command in commands for p in command.get_params(ctx) if p.param_type_name == "option"]
+
+
+def test_help_shows_no_type_placeholders():
+    """A flag shows no value (typer 0.29 would print <bool> beside a flag without metavar="") and
+    an option's value has a name (not <str>); --func says what each command does with it."""
+    options = _options()
+    # every command has its -h/--help: irgrad, its commands, cache and its two
+    assert sum("--help" in option.opts for _, option in options) == len(app.registered_commands) + 4
+    for command, option in options:
+        if option.is_flag:
+            assert option.metavar == "", f"irgrad {command} {option.opts[0]}: flag(...) declares it"
+        else:
+            assert option.metavar, f"irgrad {command} {option.opts[0]} shows no metavar"
+    helps = {command: option.help for command, option in _options() if "--func" in option.opts}
+    assert "to call" in helps["run"] and "to profile" in helps["profile"] and "to draw" in helps["viz"]
+    assert all("differentiate" not in helps[c] for c in ("run", "profile", "viz"))
+    for command in ("compile", "run", "profile"):
+        shown = invoke(command, "--help").stdout
+        assert "<bool>" not in shown and "BOOLEAN" not in shown
+
+
+def test_did_you_mean_offers_public_functions_only(tmp_path):
+    """A private helper (ig.export's @irgrad.identity_f32 and the like) is nobody's --func."""
+    module = tmp_path / "helper.mlir"
+    module.write_text("""
+func.func private @identity_helper(%a: tensor<2xf32>) -> tensor<2xf32> { return %a : tensor<2xf32> }
+func.func @identity(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = func.call @identity_helper(%a) : (tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+""")
+    line = error_line(invoke("grad", module, "--func", "identity_helpr"))
+    assert "functions: @identity; did you mean @identity?" in line and "helper" not in line.split("functions:")[1]
+
+
+def test_dir_of_irgrad_is_its_public_api():
+    names = dir(irgrad)
+    for leaked in ("TYPE_CHECKING", "annotations", "importlib", "logging", "frontend", "boundary", "tape"):
+        assert leaked not in names
+    assert not [n for n in names if n.startswith("_") and n != "__version__"]
+    for public in ("function", "gradients", "load", "Module", "ArtifactError", "nn", "runtime", "passes", "newaxis"):
+        assert public in names
+
+
+def test_cache_size_zero_is_what_the_error_offers(tmp_path, monkeypatch):
+    """$IRGRAD_CACHE_SIZE=0 keeps nothing, and the error for a bad value says 0 is allowed."""
+    monkeypatch.setenv("IRGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("IRGRAD_CACHE_SIZE", "0")
+    assert "cap       0 bytes (0 bytes)" in cli("cache", "info").stdout
+    monkeypatch.setenv("IRGRAD_CACHE_SIZE", "-5")
+    line = error_line(cli("cache", "info"))
+    assert "allowed: 0 (keep nothing), a number of bytes, or a size such as 2G or 500M" in line
+
+
+def test_git_ignores_artifacts_and_their_sidecars(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "check-ignore", "--no-index", "build/m.vmfb", "build/m.vmfb.json"], cwd=root,
+                          capture_output=True, text=True)
+    assert done.stdout.split() == ["build/m.vmfb", "build/m.vmfb.json"], done.stderr
+
+
+def test_the_runtime_only_install_has_inspect_and_run(cpu_compile, tmp_path):
+    """irgrad-runtime (runtime-dist/: no compiler, no typer) installs an ``irgrad`` command with the
+    artifact commands: inspect and run print what the full CLI prints; the others say what to install."""
+    import zipfile
+
+    from sites import build_runtime_wheel, runtime_only_site
+
+    wheel = build_runtime_wheel(tmp_path / "wheel")
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist()
+                                                    if n.endswith("entry_points.txt"))).decode()
+    assert "irgrad = irgrad.artifact_cli:main" in entry_points
+    site = runtime_only_site(tmp_path, ["iree-base-runtime", "numpy"], wheel=wheel)
+    _, artifact = cpu_compile
+
+    def device_cli(*args):
+        code = f"import sys; sys.path.insert(0, {str(site)!r}); import runpy; runpy.run_module('irgrad', " \
+               "run_name='__main__'); assert 'iree.compiler' not in sys.modules"
+        return subprocess.run([sys.executable, "-I", "-S", "-c", code, *map(str, args)], capture_output=True,
+                              text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+
+    inspected = device_cli("inspect", artifact)
+    assert inspected.returncode == 0, inspected.stderr
+    assert inspected.stdout == invoke("inspect", artifact).stdout
+    ran = device_cli("run", artifact, "--function", "loss_grad", "-i", spec(X), "-i", spec(W))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == invoke("run", artifact, "--function", "loss_grad", "-i", spec(X), "-i", spec(W)).stdout
+    missing = device_cli("compile", "m.mlir")
+    assert missing.returncode == 2
+    assert error_line(missing) == ("irgrad: error: irgrad compile needs irgrad's compiler: pip install irgrad "
+                                   "(this install runs artifacts: inspect, run)")
+    bad = device_cli("run", artifact, "-f", "los")
+    assert bad.returncode == 2 and "no function 'los'" in error_line(bad) and "did you mean 'loss'?" in error_line(bad)

@@ -1,0 +1,1 @@
+../../irgrad/artifact_cli.py

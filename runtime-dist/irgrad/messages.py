@@ -1,0 +1,1 @@
+../../irgrad/messages.py

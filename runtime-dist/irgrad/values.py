@@ -1,0 +1,1 @@
+../../irgrad/values.py
