@@ -1194,14 +1194,21 @@ def boolean_mask(tensor, mask, axis=None, name="boolean_mask") -> Tensor:
 def _sorted(x: Tensor, axis: int, descending: bool, name: str) -> tuple[Tensor, Tensor]:
     """(values, int32 positions) of ``x`` sorted stably along ``axis``."""
     _static_or_raise(x, name)
+    # IREE 3.13 corrupts a constant operand shared by two sorts (see passes/rules/indexing.py's
+    # _private_iota): each sort of a graph sorts its own iota, offset by its number, subtracted after.
+    graph = current_graph()
+    k = graph.__dict__.setdefault("_sorts", 0) + 1
+    graph.__dict__["_sorts"] = k
 
     def build():
         i32 = ir.IntegerType.get_signless(32)
-        op, block = hlo.sort([x.value, hlo.iota(list(x.shape), i32, axis)], axis, is_stable=True)
+        iota = hlo.iota(list(x.shape), i32, axis)
+        op, block = hlo.sort([x.value, hlo.add(iota, hlo.splat(k, iota.type))], axis, is_stable=True)
         with ir.InsertionPoint(block):
             a, b = block.arguments[0], block.arguments[1]
             hlo.return_([hlo.compare(a, b, "GT" if descending else "LT")], "stablehlo.return")
-        return list(op.results)
+        values, order = op.results
+        return [values, hlo.subtract(order, hlo.splat(k, iota.type))]
 
     values, order = emit(name, build)
     return values, order
