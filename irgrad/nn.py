@@ -5,9 +5,10 @@ from .ops.nn_ops import (avg_pool2d, conv2d, log_softmax, max_pool2d, relu, soft
                          softmax_cross_entropy_with_logits, softplus)
 from .ops.nn_ops import (avg_pool1d, batch_normalization, bias_add, conv1d, conv2d_transpose, conv3d,  # noqa: F401
                          depthwise_conv2d, dropout, embedding_lookup, fused_batch_norm, local_response_normalization,
-                         lrn, max_pool1d, pool, separable_conv2d)
+                         max_pool1d, pool, separable_conv2d)
 
 max_pool = max_pool2d
+lrn = local_response_normalization
 avg_pool = avg_pool2d
 
 __all__ = [

@@ -1191,27 +1191,32 @@ def boolean_mask(tensor, mask, axis=None, name="boolean_mask") -> Tensor:
 
 # ----- sorting ------
 
-def _sorted(x: Tensor, axis: int, descending: bool, name: str) -> tuple[Tensor, Tensor]:
-    """(values, int32 positions) of ``x`` sorted stably along ``axis``."""
+def _sort_op(x: Tensor, operands: list, axis: int, descending: bool) -> list:
+    """A stable ``stablehlo.sort`` of ``operands`` along ``axis`` by the first, ``x``."""
+    op, block = hlo.sort(operands, axis, is_stable=True)
+    with ir.InsertionPoint(block):
+        a, b = block.arguments[0], block.arguments[1]
+        hlo.return_([hlo.compare(a, b, "GT" if descending else "LT")], "stablehlo.return")
+    return list(op.results)
+
+
+def _sorted_values(x: Tensor, axis: int, descending: bool, name: str) -> Tensor:
+    """``x`` sorted along ``axis``: a sort of ``x`` alone (its adjoint sorts an iota of its own)."""
     _static_or_raise(x, name)
-    # IREE 3.13 corrupts a constant operand shared by two sorts (see passes/rules/indexing.py's
-    # _private_iota): each sort of a graph sorts its own iota, offset by its number, subtracted after.
-    graph = current_graph()
-    k = graph.__dict__.setdefault("_sorts", 0) + 1
-    graph.__dict__["_sorts"] = k
+    return emit(name, lambda: _sort_op(x, [x.value], axis, descending)[0])
+
+
+def _sort_order(x: Tensor, axis: int, descending: bool, name: str) -> Tensor:
+    """The int32 positions that sort ``x`` stably along ``axis`` (ties: the lower first). A sort of
+    (``x``, iota) whose values are never used, so no adjoint replays it: IREE 3.13 corrupts a
+    constant operand shared by two sorts (see ``passes/rules/indexing.py``'s ``_private_iota``)."""
+    _static_or_raise(x, name)
 
     def build():
-        i32 = ir.IntegerType.get_signless(32)
-        iota = hlo.iota(list(x.shape), i32, axis)
-        op, block = hlo.sort([x.value, hlo.add(iota, hlo.splat(k, iota.type))], axis, is_stable=True)
-        with ir.InsertionPoint(block):
-            a, b = block.arguments[0], block.arguments[1]
-            hlo.return_([hlo.compare(a, b, "GT" if descending else "LT")], "stablehlo.return")
-        values, order = op.results
-        return [values, hlo.subtract(order, hlo.splat(k, iota.type))]
+        iota = hlo.iota(list(x.shape), ir.IntegerType.get_signless(32), axis)
+        return _sort_op(x, [x.value, iota], axis, descending)[1]
 
-    values, order = emit(name, build)
-    return values, order
+    return emit(name, build)
 
 
 def _direction(direction: str, name: str) -> bool:
@@ -1230,7 +1235,7 @@ def sort(values, axis=-1, direction="ASCENDING", name=None) -> Tensor:
     x = convert_to_tensor(values)
     name = name or "sort"
     require(x, name, numeric=True)
-    return _sorted(x, normalize_axis(int(axis), x.ndim, name), _direction(direction, name), name)[0]
+    return _sorted_values(x, normalize_axis(int(axis), x.ndim, name), _direction(direction, name), name)
 
 
 def argsort(values, axis=-1, direction="ASCENDING", stable=False, name=None) -> Tensor:
@@ -1242,7 +1247,7 @@ def argsort(values, axis=-1, direction="ASCENDING", stable=False, name=None) -> 
     x = convert_to_tensor(values)
     name = name or "argsort"
     require(x, name, numeric=True)
-    return _sorted(x, normalize_axis(int(axis), x.ndim, name), _direction(direction, name), name)[1]
+    return _sort_order(x, normalize_axis(int(axis), x.ndim, name), _direction(direction, name), name)
 
 
 TopKV2 = collections.namedtuple("TopKV2", ["values", "indices"])
@@ -1265,7 +1270,7 @@ def top_k(input, k=1, sorted=True, index_type=dtypes.int32, name=None) -> TopKV2
     k = int(k)
     if not 0 <= k <= n:
         raise ValueError(f"{name}: k={k} must be in [0, {n}] (the last dimension)")
-    values, order = _sorted(x, x.ndim - 1, True, name)
+    values, order = _sorted_values(x, x.ndim - 1, True, name), _sort_order(x, x.ndim - 1, True, name)
     index = [builtins.slice(None)] * (x.ndim - 1) + [builtins.slice(0, k)]
     indices = order[tuple(index)]
     index_type = dtypes.as_dtype(index_type)

@@ -462,8 +462,6 @@ def local_response_normalization(input, depth_radius=5, bias=1.0, alpha=1.0, bet
     return divide(x, denom, name=name)
 
 
-lrn = local_response_normalization
-
 
 def embedding_lookup(params, ids, max_norm=None, name=None) -> Tensor:
     """The rows of ``params`` at integer ``ids``: TensorFlow's ``tf.nn.embedding_lookup``; the

@@ -469,7 +469,10 @@ def _sort(op, cts):
     with ir.InsertionPoint(block):
         hlo.return_(inline_region(op, 0, list(block.arguments)[:-2]), "stablehlo.return")
     live = [k for k, ct in enumerate(cts) if ct is not None]
-    back, block = hlo.sort([forward.results[-1], *[cts[k] for k in live]], dim)
+    # A constant cotangent (the weights of a weighted sum) would be sorted in place: IREE 3.13
+    # then fails ("write affecting operations on global resources"); the barrier keeps it a value.
+    moving = hlo.optimization_barrier([cts[k] for k in live]) if live else []
+    back, block = hlo.sort([forward.results[-1], *moving], dim)
     with ir.InsertionPoint(block):
         hlo.return_([compare(block.arguments[0], block.arguments[1], "LT")], "stablehlo.return")
     moved = dict(zip(live, list(back.results)[1:]))
