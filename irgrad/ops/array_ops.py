@@ -704,7 +704,8 @@ def _constant_value(t: Tensor) -> np.ndarray | None:
     if dense.is_splat:
         return np.full(tuple(t.shape), dense.get_splat_value().value, dtype=np_dtype)
     if t.dtype.is_bool:
-        return np.array([bool(dense[i].value) for i in builtins.range(len(dense))]).reshape(tuple(t.shape))
+        bits = ir.DenseIntElementsAttr(dense)  # i1 elements: read one by one (numpy sees them bit-packed)
+        return np.array([bool(bits[i]) for i in builtins.range(len(bits))]).reshape(tuple(t.shape))
     return np.array(dense).reshape(tuple(t.shape))
 
 
