@@ -1212,10 +1212,16 @@ def _sort_order(x: Tensor, axis: int, descending: bool, name: str) -> Tensor:
     (``x``, iota) whose values are never used, so no adjoint replays it: IREE 3.13 corrupts a
     constant operand shared by two sorts (see ``passes/rules/indexing.py``'s ``_private_iota``)."""
     _static_or_raise(x, name)
+    # Two sorts of one iota constant break too: each sort of a graph gets its own, offset by
+    # minus its number (the adjoints' private iotas are offset the other way), added back after.
+    graph = current_graph()
+    k = graph.__dict__.get("_irgrad_sort_orders", 0) + 1
+    graph.__dict__["_irgrad_sort_orders"] = k
 
     def build():
         iota = hlo.iota(list(x.shape), ir.IntegerType.get_signless(32), axis)
-        return _sort_op(x, [x.value, iota], axis, descending)[1]
+        offset = hlo.splat(k, iota.type)
+        return hlo.add(_sort_op(x, [x.value, hlo.subtract(iota, offset)], axis, descending)[1], offset)
 
     return emit(name, build)
 
