@@ -271,3 +271,48 @@ def test_iree_gather_slice_reshape_pad():
   %p = stablehlo.pad %r, %z, low = [0, 0], high = [1, 1], interior = [0, 0] : (tensor<1x1xf32>, tensor<f32>) -> tensor<2x2xf32>
   return %p : tensor<2x2xf32>
 }""")
+
+
+# ----- the blocks of issue 42 on Vulkan: TensorFlow's recorded numbers ------------------------
+
+BLOCKS = ["block_conv1d_bias_leaky_relu", "block_mobilenet", "block_lstm_cell", "block_transposed_conv_decoder"]
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("name", BLOCKS)
+def test_blocks_on_vulkan_match_tensorflow(name):
+    """The blocks of fixtures/tf/cases_arrays.py (values and gradients), compiled for Vulkan."""
+    from test_tf_references import T, _args, _refs, cases
+
+    c = cases.by_name(name)
+    got = ig.function(lambda *a: c.fn(T, *a), target="vulkan")(*_args(name))
+    leaves, _ = cases.flatten(got)
+    for j, leaf in enumerate(leaves):
+        np.testing.assert_allclose(leaf, _refs()[f"{name}__out{j}"], rtol=1e-4, atol=1e-5, err_msg=f"{name}: {j}")
+
+
+def _depthwise_reference(x, w, stride, pads, dilation):
+    """Depthwise convolution by loops (numpy)."""
+    xp = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
+    kh, kw, c, m = w.shape
+    oh = (xp.shape[1] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    ow = (xp.shape[2] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    out = np.zeros((x.shape[0], oh, ow, c, m))
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, i * dilation[0]:, j * dilation[1]:][:, :(oh - 1) * stride[0] + 1:stride[0],
+                                                            :(ow - 1) * stride[1] + 1:stride[1]]
+            out += win[..., None] * w[i, j]
+    return out.reshape(x.shape[0], oh, ow, c * m)
+
+
+@pytest.mark.parametrize("shape, stride, padding, pads, dilation", [
+    ((1, 2, 2, 3), 2, [[0, 0], [1, 1], [1, 1], [0, 0]], [(1, 1), (1, 1)], (1, 1)),  # IREE 3.13 failed on this
+    ((2, 6, 5, 2), 1, "SAME", [(2, 2), (1, 1)], (2, 1)),
+])
+def test_depthwise_conv2d_small_and_dilated_inputs(shape, stride, padding, pads, dilation):
+    """The taps lowering on the shapes IREE's grouped convolution failed to compile (NOTES.md)."""
+    x, w = _r(*shape), _r(3, 3, shape[-1], 2)
+    got = ig.function(lambda x, w: ig.nn.depthwise_conv2d(x, w, [1, stride, stride, 1], padding,
+                                                          dilations=list(dilation)))(x, w)
+    np.testing.assert_allclose(got, _depthwise_reference(x, w, (stride, stride), pads, dilation), rtol=1e-12)

@@ -226,9 +226,16 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data
 def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None, name=None) -> Tensor:  # noqa: A002
     """Each input channel convolved with its own ``channel_multiplier`` filters: TensorFlow's
     ``tf.nn.depthwise_conv2d`` (NHWC ``input``, ``filter`` ``[h, w, in, multiplier]``; output
-    channel ``k * multiplier + j``). One grouped ``stablehlo.convolution``.
+    channel ``k * multiplier + j``).
 
-    Gradient (TensorFlow's ``DepthwiseConv2dNative``): the grouped transposed convolutions.
+    Lowered as the sum over the ``h * w`` filter taps of a strided slice of the padded input
+    times that tap's weights (elementwise ops IREE fuses), not as a grouped
+    ``stablehlo.convolution``: IREE 3.13 miscompiles the grouped convolution's filter gradient
+    on Vulkan and fails to compile some small strided ones on the CPU.
+
+    Gradient (TensorFlow's ``DepthwiseConv2dNative``, the same numbers): each tap's slice
+    cotangent padded back to the input, and the tap's weights' cotangent summed over the batch
+    and the positions.
     """
     _check_nhwc(data_format, "depthwise_conv2d")
     name = name or "depthwise"
@@ -237,9 +244,34 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
     if x.ndim != 4 or w.ndim != 4 or w.shape[2] != x.shape[3]:
         raise ValueError(f"{name}: input must be NHWC and filter [h, w, {x.shape[-1] if x.ndim else '?'}, "
                          f"multiplier], got {tuple(x.shape)} and {tuple(w.shape)}")
-    from .array_ops import reshape  # noqa: PLC0415
-    flat = reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2] * w.shape[3]])
-    return _conv(x, flat, 2, strides, padding, dilations, name)
+    if not x.shape.is_fully_defined:
+        raise ValueError(f"{name}: needs a static shape, got {tuple(x.shape)}")
+    s = _per_spatial(strides, 2, "strides", 4)
+    d = _per_spatial(dilations, 2, "dilations", 4)
+    pads = _padding(padding, x.shape[1:3], w.shape[0:2], s, d, name)
+    b, c, m = x.shape[0], x.shape[3], w.shape[3]
+    out = [hlo.window_output(x.shape[1 + i], w.shape[i], s[i], *pads[i], 1, d[i]) for i in range(2)]
+    full = [b, *out, c, m]
+
+    def build():
+        zero = hlo.zeros(tensor_type([], element(x.dtype)))
+        xp = hlo.pad_or_crop(x.value, zero, [0, pads[0][0], pads[1][0], 0], [0, pads[0][1], pads[1][1], 0],
+                             [0] * 4)
+        total = None
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                start = [0, i * d[0], j * d[1], 0]
+                limit = [b, start[1] + (out[0] - 1) * s[0] + 1, start[2] + (out[1] - 1) * s[1] + 1, c]
+                window = hlo.slice(xp, start, limit, [1, *s, 1])
+                tap = hlo.reshape(hlo.slice(w.value, [i, j, 0, 0], [i + 1, j + 1, c, m], [1] * 4), [c, m])
+                term = hlo.multiply(hlo.broadcast_in_dim(window, full, [0, 1, 2, 3]),
+                                    hlo.broadcast_in_dim(tap, full, [3, 4]))
+                total = term if total is None else hlo.add(total, term)
+        return hlo.reshape(total, [b, *out, c * m])
+
+    if min(out) <= 0:
+        raise ValueError(f"{name}: the filter {tuple(w.shape)} does not fit the padded input {tuple(x.shape)}")
+    return emit(name, build)
 
 
 def separable_conv2d(input, depthwise_filter, pointwise_filter, strides, padding, data_format=None,  # noqa: A002
