@@ -5,6 +5,8 @@ shapes that depend on the data, and a Vulkan run. TensorFlow's own numbers for t
 ``fixtures/tf/cases_arrays.py`` (``test_tf_references.py``)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -316,3 +318,28 @@ def test_depthwise_conv2d_small_and_dilated_inputs(shape, stride, padding, pads,
     got = ig.function(lambda x, w: ig.nn.depthwise_conv2d(x, w, [1, stride, stride, 1], padding,
                                                           dilations=list(dilation)))(x, w)
     np.testing.assert_allclose(got, _depthwise_reference(x, w, (stride, stride), pads, dilation), rtol=1e-12)
+
+
+# ----- the docs' op table ---------------------------------------------------------------------
+
+NEW_OPS = [
+    "argsort", "boolean_mask", "clip_by_global_norm", "clip_by_norm", "eye", "gather", "gather_nd", "linspace",
+    "meshgrid", "pad", "range", "repeat", "reverse", "roll", "scatter_nd", "searchsorted", "sequence_mask", "sort",
+    "split", "tensor_scatter_nd_add", "tensor_scatter_nd_max", "tensor_scatter_nd_min", "tensor_scatter_nd_sub",
+    "tensor_scatter_nd_update", "tile", "top_k", "nn.depth_to_space", "nn.space_to_depth", "nn.bias_add",
+    "nn.conv1d", "nn.conv3d", "nn.conv2d_transpose", "nn.depthwise_conv2d", "nn.separable_conv2d", "nn.max_pool1d",
+    "nn.avg_pool1d", "nn.pool", "nn.batch_normalization", "nn.fused_batch_norm", "nn.local_response_normalization",
+    "nn.embedding_lookup", "nn.dropout", "image.resize",
+]
+
+
+def test_the_op_table_has_a_row_for_every_new_op():
+    from pathlib import Path
+
+    rows = [line for line in (Path(__file__).parents[1] / "docs/reference/ops.md").read_text().splitlines()
+            if line.startswith("| `")]
+    listed = {name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[1])}
+    assert sorted(set(NEW_OPS) - listed) == []
+    for name in NEW_OPS:
+        namespace, _, attr = name.rpartition(".")
+        assert callable(getattr(getattr(ig, namespace) if namespace else ig, attr)), name
