@@ -739,6 +739,11 @@ def tensor_scatter_nd_update(tensor, indices, updates, name=None) -> Tensor:
     return update(x, idx, u)
 
 
+def _scatter_into(kind: str, tensor, indices, updates, name: str) -> Tensor:
+    x = convert_to_tensor(tensor)
+    return _scatter(kind, x, _indices(indices, name), convert_to_tensor(updates, x.dtype), name)
+
+
 def tensor_scatter_nd_add(tensor, indices, updates, name=None) -> Tensor:
     """``tensor`` with ``updates`` added at ``indices``' index vectors (repeated ones sum):
     TensorFlow's ``tf.tensor_scatter_nd_add``.
@@ -746,9 +751,7 @@ def tensor_scatter_nd_add(tensor, indices, updates, name=None) -> Tensor:
     Gradient (TensorFlow's ``TensorScatterAdd``): ``ct`` to ``tensor``, ``gather_nd(ct,
     indices)`` to ``updates``.
     """
-    name = name or "TensorScatterAdd"
-    x = convert_to_tensor(tensor)
-    return _scatter("add", x, _indices(indices, name), convert_to_tensor(updates, x.dtype), name)
+    return _scatter_into("add", tensor, indices, updates, name or "TensorScatterAdd")
 
 
 def tensor_scatter_nd_sub(tensor, indices, updates, name=None) -> Tensor:
@@ -771,9 +774,7 @@ def tensor_scatter_nd_max(tensor, indices, updates, name=None) -> Tensor:
     Gradient (TensorFlow's ``TensorScatterMax``): ``ct`` split equally among ``tensor`` and the
     updates equal to the result at each position.
     """
-    name = name or "TensorScatterMax"
-    x = convert_to_tensor(tensor)
-    return _scatter("max", x, _indices(indices, name), convert_to_tensor(updates, x.dtype), name)
+    return _scatter_into("max", tensor, indices, updates, name or "TensorScatterMax")
 
 
 def tensor_scatter_nd_min(tensor, indices, updates, name=None) -> Tensor:
@@ -783,9 +784,7 @@ def tensor_scatter_nd_min(tensor, indices, updates, name=None) -> Tensor:
     Gradient (TensorFlow's ``TensorScatterMin``): ``ct`` split equally among ``tensor`` and the
     updates equal to the result at each position.
     """
-    name = name or "TensorScatterMin"
-    x = convert_to_tensor(tensor)
-    return _scatter("min", x, _indices(indices, name), convert_to_tensor(updates, x.dtype), name)
+    return _scatter_into("min", tensor, indices, updates, name or "TensorScatterMin")
 
 
 # ----- rearranging ------
