@@ -1333,67 +1333,6 @@ def eye(num_rows, num_columns=None, batch_shape=None, dtype=dtypes.float32, name
     return constant(m, dtype, name=name or "eye")
 
 
-def clip_by_norm(t, clip_norm, axes=None, name=None) -> Tensor:
-    """``t * clip_norm / max(l2norm(t), clip_norm)``, the L2 norm over ``axes`` (all by
-    default): TensorFlow's ``tf.clip_by_norm``, written as TensorFlow writes it (a zero norm
-    takes a safe branch, so its gradient is finite).
-
-    Gradient: through that composition, as TensorFlow's; at ``l2norm == clip_norm`` the tie
-    goes to the norm (``maximum``'s convention).
-    """
-    from .math_ops import divide, greater, maximum, multiply, sqrt, where  # noqa: PLC0415
-    from .reduce_ops import reduce_sum  # noqa: PLC0415
-    values = convert_to_tensor(t)
-    require(values, "clip_by_norm", floating=True)
-    if isinstance(clip_norm, (int, float, np.integer, np.floating)):
-        clip = constant(max(float(clip_norm), 0.0), values.dtype)
-    else:
-        clip = maximum(convert_to_tensor(clip_norm, values.dtype), constant(0, values.dtype))
-    if clip.ndim:
-        raise ValueError(f"clip_by_norm: clip_norm must be a scalar, got shape {tuple(clip.shape)}")
-    l2sum = reduce_sum(multiply(values, values), axes, keepdims=True)
-    pred = greater(l2sum, 0)
-    l2sum_safe = where(pred, l2sum, ones_like(l2sum))
-    l2norm = where(pred, sqrt(l2sum_safe), l2sum)
-    return divide(multiply(values, clip), maximum(l2norm, clip), name=name or "clip_by_norm")
-
-
-def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None) -> tuple[list, Tensor]:
-    """Every tensor of ``t_list`` scaled by ``clip_norm / max(global_norm, clip_norm)``:
-    TensorFlow's ``tf.clip_by_global_norm``. Returns ``(clipped list, global_norm)``; ``None``
-    entries stay ``None``. The global norm is ``sqrt(sum of every squared entry)`` unless
-    ``use_norm`` gives it; an infinite or NaN norm makes every entry NaN, as in TensorFlow.
-
-    Gradient: through that composition, as TensorFlow's.
-    """
-    from .math_ops import add, minimum, multiply, sqrt, subtract, divide  # noqa: PLC0415
-    from .reduce_ops import reduce_sum  # noqa: PLC0415
-    if isinstance(t_list, Tensor) or not isinstance(t_list, (list, tuple)):
-        raise TypeError("clip_by_global_norm: t_list must be a list of tensors")
-    values = [convert_to_tensor(v) if v is not None else None for v in t_list]
-    present = [v for v in values if v is not None]
-    if use_norm is None:
-        if not present:
-            raise ValueError("clip_by_global_norm: t_list holds no tensor")
-        halves = [multiply(reduce_sum(multiply(v, v)), constant(0.5, v.dtype)) for v in present]
-        use_norm = sqrt(multiply(reduce_sum(_stack(halves)), constant(2.0, halves[0].dtype)),
-                        name="global_norm")
-    use_norm = convert_to_tensor(use_norm)
-    clip = convert_to_tensor(clip_norm, use_norm.dtype)
-    one = constant(1.0, use_norm.dtype)
-    scale_for_finite = multiply(clip, minimum(divide(one, use_norm), divide(one, clip)))
-    scale = add(scale_for_finite, subtract(use_norm, use_norm))
-    from .math_ops import cast  # noqa: PLC0415
-    clipped = [multiply(v, cast(scale, v.dtype), name=f"{name or 'clip_by_global_norm'}_{i}") if v is not None
-               else None for i, v in enumerate(values)]
-    return clipped, use_norm
-
-
-def _stack(values: list[Tensor]) -> Tensor:
-    from .core import stack  # noqa: PLC0415
-    return stack(values)
-
-
 # ----- space and depth ------
 
 def _block(input, block_size, data_format, name: str) -> tuple[Tensor, int]:  # noqa: A002
@@ -1446,5 +1385,5 @@ __all__ = [
     "gather_nd", "scatter_nd", "tensor_scatter_nd_update", "tensor_scatter_nd_add", "tensor_scatter_nd_sub",
     "tensor_scatter_nd_max", "tensor_scatter_nd_min", "tile", "pad", "split", "reverse", "roll", "repeat",
     "range", "linspace", "meshgrid", "sequence_mask", "boolean_mask", "sort", "argsort", "top_k",
-    "searchsorted", "eye", "clip_by_norm", "clip_by_global_norm", "depth_to_space", "space_to_depth",
+    "searchsorted", "eye", "depth_to_space", "space_to_depth",
 ]

@@ -3,15 +3,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..framework import Tensor
 from ..passes.ir import hlo
 from ..passes.ir.mlir import tensor_type
 from ..passes.rules.composites import RELU
 from .. import dtypes
-from .array_ops import stop_gradient, unary_composite
-from .core import constant_tensor, convert_to_tensor, element, emit, normalize_axis, require
-from .math_ops import (add, divide, exp, less, log, log1p, minimum, multiply, negative, rsqrt, subtract,
-                       where)
+from .array_ops import (_constant_value, broadcast_to, concat, gather, ones_like, stop_gradient,
+                        unary_composite, zeros_like)
+from .core import constant_tensor, convert_to_tensor, element, emit, normalize_axis, require, stack
+from .math_ops import (add, cast, divide, exp, greater, greater_equal, less, log, log1p, maximum, minimum, multiply,
+                       negative, rsqrt, sqrt, subtract, where)
 from .math_ops import pow as pow_
 from .reduce_ops import reduce_max, reduce_mean, reduce_sum
 
@@ -192,7 +195,6 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data
     w = _filters(x, filters)
     require(x, name, floating=True)
     if isinstance(output_shape, Tensor):
-        from .array_ops import _constant_value  # noqa: PLC0415
         value = _constant_value(output_shape)
         if value is None:
             raise TypeError(f"{name}: output_shape must be static (Python ints or a constant)")
@@ -394,6 +396,62 @@ def pool(input, window_shape, pooling_type, strides=None, padding="VALID", data_
                  dilations=dilations)
 
 
+# ----- norms (TensorFlow's clip_ops) -------------------------------------------------------------
+
+def clip_by_norm(t, clip_norm, axes=None, name=None) -> Tensor:
+    """``t * clip_norm / max(l2norm(t), clip_norm)``, the L2 norm over ``axes`` (all by
+    default): TensorFlow's ``tf.clip_by_norm``, written as TensorFlow writes it (a zero norm
+    takes a safe branch, so its gradient is finite).
+
+    Gradient: through that composition, as TensorFlow's; at ``l2norm == clip_norm`` the tie
+    goes to the norm (``maximum``'s convention).
+    """
+    values = convert_to_tensor(t)
+    require(values, "clip_by_norm", floating=True)
+    if isinstance(clip_norm, (int, float, np.integer, np.floating)):
+        clip = constant_tensor(max(float(clip_norm), 0.0), values.dtype)
+    else:
+        clip = maximum(convert_to_tensor(clip_norm, values.dtype), constant_tensor(0, values.dtype))
+    if clip.ndim:
+        raise ValueError(f"clip_by_norm: clip_norm must be a scalar, got shape {tuple(clip.shape)}")
+    l2sum = reduce_sum(multiply(values, values), axes, keepdims=True)
+    pred = greater(l2sum, 0)
+    l2sum_safe = where(pred, l2sum, ones_like(l2sum))
+    l2norm = where(pred, sqrt(l2sum_safe), l2sum)
+    return divide(multiply(values, clip), maximum(l2norm, clip), name=name or "clip_by_norm")
+
+
+def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None) -> tuple[list, Tensor]:
+    """Every tensor of ``t_list`` scaled by ``clip_norm / max(global_norm, clip_norm)``:
+    TensorFlow's ``tf.clip_by_global_norm``. Returns ``(clipped list, global_norm)``; ``None``
+    entries stay ``None``. The global norm is ``sqrt(sum of every squared entry)`` unless
+    ``use_norm`` gives it; an infinite or NaN norm makes every entry NaN, as in TensorFlow.
+
+    Gradient: through that composition, as TensorFlow's.
+    """
+    if isinstance(t_list, Tensor) or not isinstance(t_list, (list, tuple)):
+        raise TypeError("clip_by_global_norm: t_list must be a list of tensors")
+    values = [convert_to_tensor(v) if v is not None else None for v in t_list]
+    present = [v for v in values if v is not None]
+    if use_norm is None:
+        if not present:
+            raise ValueError("clip_by_global_norm: t_list holds no tensor")
+        halves = [multiply(reduce_sum(multiply(v, v)), constant_tensor(0.5, v.dtype)) for v in present]
+        use_norm = sqrt(multiply(reduce_sum(stack(halves)), constant_tensor(2.0, halves[0].dtype)),
+                        name="global_norm")
+    use_norm = convert_to_tensor(use_norm)
+    clip = convert_to_tensor(clip_norm, use_norm.dtype)
+    one = constant_tensor(1.0, use_norm.dtype)
+    scale_for_finite = multiply(clip, minimum(divide(one, use_norm), divide(one, clip)))
+    scale = add(scale_for_finite, subtract(use_norm, use_norm))
+    clipped = [multiply(v, cast(scale, v.dtype), name=f"{name or 'clip_by_global_norm'}_{i}") if v is not None
+               else None for i, v in enumerate(values)]
+    return clipped, use_norm
+
+
+
+
+
 # ----- normalization ---------------------------------------------------------------------------
 
 def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None) -> Tensor:
@@ -432,7 +490,6 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
     training), ``scale`` and ``offset``; none to ``mean`` and ``variance``, and none from the
     returned statistics.
     """
-    from .math_ops import cast  # noqa: PLC0415
     name = name or "FusedBatchNormV3"
     if data_format not in ("NHWC", "NDHWC", None):
         raise ValueError(f"{name}: only channels-last data_format (NHWC, NDHWC) is supported, got {data_format!r}")
@@ -506,7 +563,6 @@ def embedding_lookup(params, ids, max_norm=None, name=None) -> Tensor:
 
     Gradient (TensorFlow's ``GatherV2``): ``ct`` scatter-added into the rows; none to ``ids``.
     """
-    from .array_ops import clip_by_norm, concat, gather  # noqa: PLC0415
     name = name or "embedding_lookup"
     if isinstance(params, (list, tuple)):
         shards = [convert_to_tensor(p) for p in params]
@@ -552,8 +608,6 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
     Gradient (TensorFlow's, through its ``SelectV2``): ``ct / (1 - rate)`` where kept, 0
     elsewhere; none to ``seed``.
     """
-    from .math_ops import cast, greater_equal  # noqa: PLC0415
-    from .array_ops import zeros_like  # noqa: PLC0415
     name = name or "dropout"
     x = convert_to_tensor(x)
     require(x, name, floating=True)
@@ -588,7 +642,6 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
 
     uniform = emit(name, build)
     keep = greater_equal(uniform, constant_tensor(rate, dtypes.float32))
-    from .array_ops import broadcast_to  # noqa: PLC0415
     keep = broadcast_to(keep, list(x.shape))
     scaled = multiply(x, constant_tensor(1.0 / (1.0 - rate), x.dtype))
     return where(keep, scaled, zeros_like(scaled), name=name)
