@@ -240,6 +240,55 @@ OP_TABLE = {
         y, x - 0.5, 2.0),
     "xdivy": lambda x, y, i, z, k: ig.math.xdivy(x - 0.35, y),
     "xlogy": lambda x, y, i, z, k: ig.math.xlogy(x - 0.35, y),
+    # issue 42, items 5, 7 and 9: arrays, ig.nn layers, ig.image.resize
+    "argsort": lambda x, y, i, z, k: _f(ig.argsort(x)) * x,
+    "avg_pool1d": lambda x, y, i, z, k: ig.nn.avg_pool1d(z[0], 3, 2, "SAME"),
+    "batch_normalization": lambda x, y, i, z, k: ig.nn.batch_normalization(z, x[0, 0], y[0, 0] + 1.0, x[1],
+                                                                           y[1], 1e-3),
+    "bias_add": lambda x, y, i, z, k: ig.nn.bias_add(z, x[0]),
+    "boolean_mask": lambda x, y, i, z, k: ig.boolean_mask(x, np.array([True, False])),
+    "clip_by_global_norm": lambda x, y, i, z, k: ig.clip_by_global_norm([x, None, y], 0.5)[0][2],
+    "clip_by_norm": lambda x, y, i, z, k: ig.clip_by_norm(x, 0.5, axes=[1]),
+    "conv1d": lambda x, y, i, z, k: ig.nn.conv1d(z[0], k[0], 1, "SAME"),
+    "conv2d_transpose": lambda x, y, i, z, k: ig.nn.conv2d_transpose(z, ig.transpose(k, [0, 1, 3, 2]), [1, 8, 8, 3],
+                                                                     2, "SAME"),
+    "conv3d": lambda x, y, i, z, k: ig.nn.conv3d(ig.reshape(z, [1, 4, 2, 2, 2]), ig.reshape(k[0], [1, 1, 2, 2, 3]),
+                                                 1, "VALID"),
+    "depth_to_space": lambda x, y, i, z, k: ig.nn.depth_to_space(ig.tile(z, [1, 1, 1, 2]), 2),
+    "depthwise_conv2d": lambda x, y, i, z, k: ig.nn.depthwise_conv2d(z, k[..., :2], [1, 2, 2, 1], "SAME"),
+    "dropout": lambda x, y, i, z, k: ig.nn.dropout(z, 0.5, seed=1),
+    "embedding_lookup": lambda x, y, i, z, k: ig.nn.embedding_lookup(x, i, max_norm=0.9),
+    "eye": lambda x, y, i, z, k: ig.eye(2, dtype=ig.float64) * x,
+    "fused_batch_norm": lambda x, y, i, z, k: _f(ig.nn.fused_batch_norm(ig.cast(z, ig.float32), ig.cast(x[0], ig.float32),
+                                                                        ig.cast(y[0], ig.float32))[0]),
+    "gather_nd": lambda x, y, i, z, k: ig.gather_nd(x, [[0, 1], [1, 0], [0, 1]]),
+    "linspace": lambda x, y, i, z, k: ig.linspace(x[0, 0], y[1, 1], 4),
+    "local_response_normalization": lambda x, y, i, z, k: ig.nn.local_response_normalization(z, 1, 0.5, 0.3, 0.75),
+    "max_pool1d": lambda x, y, i, z, k: ig.nn.max_pool1d(z[0], 3, 2, "SAME"),
+    "meshgrid": lambda x, y, i, z, k: ig.meshgrid(x[0], y[1])[0] * ig.meshgrid(x[0], y[1])[1],
+    "pad": lambda x, y, i, z, k: ig.pad(x, [[1, 0], [0, 1]], "REFLECT") + ig.pad(y, [[1, 0], [0, 1]], "SYMMETRIC"),
+    "pool": lambda x, y, i, z, k: ig.nn.pool(z, [2, 2], "AVG", strides=[2, 1], padding="SAME"),
+    "range": lambda x, y, i, z, k: _f(ig.range(4)) * x[0, 0],
+    "repeat": lambda x, y, i, z, k: ig.repeat(x, [2, 1], axis=1),
+    "resize": lambda x, y, i, z, k: _f(ig.image.resize(z, [3, 5])) + _f(ig.image.resize(z, [3, 5], "nearest")),
+    "reverse": lambda x, y, i, z, k: ig.reverse(x, [0]) * y,
+    "roll": lambda x, y, i, z, k: ig.roll(x, 1, 1) * y,
+    "scatter_nd": lambda x, y, i, z, k: ig.scatter_nd(ig.reshape(i, [3, 1]), ig.tile(ig.reduce_sum(x * y, 0), [2])[1:],
+                                                      [3]),
+    "searchsorted": lambda x, y, i, z, k: _f(ig.searchsorted(ig.sort(y), x)) * x,
+    "separable_conv2d": lambda x, y, i, z, k: ig.nn.separable_conv2d(
+        z, k[..., :2], ig.reshape(ig.concat([x, y], 0), [1, 1, 4, 2]), [1, 2, 2, 1], "SAME"),
+    "sequence_mask": lambda x, y, i, z, k: _f(ig.sequence_mask(i, 3)) * y[0, 0],
+    "sort": lambda x, y, i, z, k: ig.sort(x * y, axis=0),
+    "space_to_depth": lambda x, y, i, z, k: ig.nn.space_to_depth(z, 2),
+    "split": lambda x, y, i, z, k: ig.split(x, 2, axis=1)[1] * ig.split(y, [1, -1])[0],
+    "tensor_scatter_nd_add": lambda x, y, i, z, k: ig.tensor_scatter_nd_add(x, [[1]], y[:1]),
+    "tensor_scatter_nd_max": lambda x, y, i, z, k: ig.tensor_scatter_nd_max(x, [[1], [0]], y),
+    "tensor_scatter_nd_min": lambda x, y, i, z, k: ig.tensor_scatter_nd_min(x, [[1], [0]], y),
+    "tensor_scatter_nd_sub": lambda x, y, i, z, k: ig.tensor_scatter_nd_sub(x, [[1]], y[:1]),
+    "tensor_scatter_nd_update": lambda x, y, i, z, k: ig.tensor_scatter_nd_update(x, [[1, 0]], y[0, :1]),
+    "tile": lambda x, y, i, z, k: ig.tile(x, [2, 1]),
+    "top_k": lambda x, y, i, z, k: ig.top_k(x * y, 1).values,
 }
 
 _OP_MODULES = ("array_ops", "math_ops", "reduce_ops", "control_flow", "nn_ops", "activations")
@@ -254,6 +303,7 @@ def _exported_ops() -> set[str]:
             n for n, v in vars(module).items()
             if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__]
         names |= set(public)
+    names |= set(ig.image.__all__) - {"ResizeMethod"}
     return names - _NOT_OPS
 
 

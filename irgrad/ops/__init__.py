@@ -3,7 +3,12 @@ from ..framework import Tensor
 from .array_ops import (broadcast_to, concat, constant, expand_dims, fill, gather, getitem, one_hot, ones,
                         ones_like, rank, reshape, shape, size, slice, squeeze, stop_gradient, transpose,
                         unstack, zeros, zeros_like)
+from .array_ops import (argsort, boolean_mask, eye, gather_nd, linspace,
+                        meshgrid, pad, range, repeat, reverse, roll, scatter_nd, searchsorted, sequence_mask, sort,
+                        split, tensor_scatter_nd_add, tensor_scatter_nd_max, tensor_scatter_nd_min,
+                        tensor_scatter_nd_sub, tensor_scatter_nd_update, tile, top_k)
 from .control_flow import cond, while_loop
+from .nn_ops import clip_by_global_norm, clip_by_norm
 from .core import convert_to_tensor, stack
 from .math_ops import (abs, add, cast, ceil, clip_by_value, cos, divide, equal, erf, exp, expm1, floor,
                        floordiv, greater, greater_equal, identity, less, less_equal, log, log1p,
@@ -59,7 +64,11 @@ __all__ = [
     "not_equal", "one_hot", "ones", "ones_like", "pow", "rank", "reduce_all", "reduce_any", "reduce_max",
     "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "reshape", "round", "rsqrt", "shape", "sigmoid",
     "sign", "sin", "size", "slice", "sqrt", "square", "squeeze", "stack", "stop_gradient", "subtract", "tan",
-    "tanh", "Tensor", "transpose", "unstack", "where", "while_loop", "zeros", "zeros_like"
+    "tanh", "Tensor", "transpose", "unstack", "where", "while_loop", "zeros", "zeros_like",
+    "argsort", "boolean_mask", "clip_by_global_norm", "clip_by_norm", "eye", "gather_nd", "linspace", "meshgrid",
+    "pad", "range", "repeat", "reverse", "roll", "scatter_nd", "searchsorted", "sequence_mask", "sort", "split",
+    "tensor_scatter_nd_add", "tensor_scatter_nd_max", "tensor_scatter_nd_min", "tensor_scatter_nd_sub",
+    "tensor_scatter_nd_update", "tile", "top_k",
 ]
 __all__ += ["acos", "acosh", "add_n", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "cosh",
             "cumsum", "norm", "reduce_logsumexp", "sinh"]

@@ -473,7 +473,13 @@ def _sort(op, cts):
     with ir.InsertionPoint(block):
         hlo.return_(inline_region(op, 0, list(block.arguments)[:-2]), "stablehlo.return")
     live = [k for k, ct in enumerate(cts) if ct is not None]
-    back, block = hlo.sort([forward.results[-1], *[cts[k] for k in live]], dim)
+    # IREE 3.13 sorts a constant cotangent (the weights of a weighted sum) in place and fails
+    # ("write affecting operations on global resources"): each is selected by a test that depends
+    # on the data (always true: the permutation's entries are positive), so it is computed fresh.
+    perm = forward.results[-1]
+    fresh = compare(perm, hlo.zeros(perm.type), "GT")
+    moving = [select(fresh, cts[k], hlo.zeros(cts[k].type)) for k in live]
+    back, block = hlo.sort([perm, *moving], dim)
     with ir.InsertionPoint(block):
         hlo.return_([compare(block.arguments[0], block.arguments[1], "LT")], "stablehlo.return")
     moved = dict(zip(live, list(back.results)[1:]))
