@@ -34,6 +34,8 @@ import typer
 
 import irgrad
 from irgrad import runtime
+from irgrad.runtime.artifact import atomic_write
+from irgrad.runtime.c_header import c_header
 from irgrad.runtime.vmfb import signatures_from_metadata
 from irgrad.runtime.profile import profile_dispatches
 from irgrad.console import ErrorLines, State, cache_app, log_to_stderr, progress
@@ -354,15 +356,11 @@ def header(
                                                "start with (default: the artifact's file name).")] = None,
 ) -> None:
     """Write a typed C header for an artifact: one C function per exported function (docs/guides/embedding-c.md)."""
-    from irgrad.runtime.c_header import c_header
-
     data, metadata = artifact_metadata(artifact)
     try:
         text = c_header(metadata, prefix or artifact.stem, source=artifact.name, vmfb=data if embed else None)
     except ValueError as error:
         raise CLIError(f"{artifact}: {error}") from None
-    from irgrad.runtime.artifact import atomic_write
-
     atomic_write(output, text.encode())
     typer.echo(f"{output}: {len(metadata['functions'])} functions" + (f", {len(data):,} bytes embedded" if embed
                                                                        else ""))

@@ -1,11 +1,12 @@
 """Elementwise math, comparisons, ``where``, ``cast`` and friends."""
 from __future__ import annotations
 
+import math
+
 from .. import dtypes
 from ..custom_gradient import attach_gradient
 from ..framework import Tensor
 from ..passes.ir import hlo
-from .array_ops import broadcast_to, stop_gradient
 from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, element,
                    emit, require)
 
@@ -463,7 +464,8 @@ def atan2(y, x, name=None) -> Tensor:
     at_origin = binary_op("stablehlo.atan2", y, where(origin, unit, x), name)
     angle = where(origin, at_origin, binary_op("stablehlo.atan2", y, x, name))
     wrong_sign = logical_and(logical_and(zero_y, negative_zero(y)), greater(angle, 0))
-    return add(angle, where(wrong_sign, multiply(stop_gradient(angle), -2.0), 0.0), name=name)
+    # There the angle is +pi exactly, so the correction is a constant (no gradient of its own).
+    return add(angle, where(wrong_sign, convert_to_tensor(-2.0 * math.pi, angle.dtype), 0.0), name=name)
 
 
 def asin(x, name=None) -> Tensor:
@@ -668,9 +670,9 @@ def multiply_no_nan(x, y, name=None) -> Tensor:
     require(x, name, floating=True)
     shape = broadcast_shape(x.shape, y.shape, name)
     if tuple(x.shape) != shape:
-        x = broadcast_to(x, shape)
+        x = emit("BroadcastTo", lambda: broadcast_value(x, shape, y))
     if tuple(y.shape) != shape:
-        y = broadcast_to(y, shape)
+        y = emit("BroadcastTo", lambda: broadcast_value(y, shape, x))
 
     def grad(dz):
         return _mul_no_nan_value(dz, y, name), _mul_no_nan_value(x, dz, name)
