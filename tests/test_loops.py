@@ -504,3 +504,86 @@ def test_a_recording_loop_carries_no_second_counter():
     headers = [part.split("\n")[0] for part in grad.split("stablehlo.while")[1:]]
     assert len(headers) == 3  # counting, recording, reverse
     assert all(h.split(":")[-1].count("tensor<i32>") == 1 for h in headers), headers
+
+
+# ----- every loop test in every form -------------------------------------------------------------
+
+_FORMS_PROBE = '''
+import numpy as np
+import pytest
+
+import irgrad as ig
+
+pytestmark = pytest.mark.usefixtures("loop_form")
+
+
+def differentiate(steps=None):
+    def f(x):
+        if steps is None:
+            return ig.while_loop(lambda v: ig.reduce_sum(v) < 4.0, lambda v: v * 1.5, x)
+        return ig.while_loop(lambda i, v: i < steps, lambda i, v: (i + 1, ig.sin(v)), (0, x))[1]
+    ig.function(lambda x: ig.gradients(f(x), x)[0]).lower(np.ones(2))
+
+
+def test_counted():
+    differentiate(3)
+
+
+def test_skips_one(loop_form):
+    if loop_form == "looped":
+        pytest.skip("not today")
+    differentiate(3)
+
+
+def test_no_loop():
+    pass
+
+
+def test_run_time_count_unpinned():
+    differentiate()
+
+
+@pytest.mark.loop_forms("looped", reason="run-time count")
+def test_run_time_count():
+    differentiate()
+
+
+@pytest.mark.loop_forms("looped", reason="claims a run-time count")
+def test_counted_but_pinned():
+    differentiate(3)
+
+
+@pytest.mark.loop_forms("looped")
+def test_pinned_without_reason():
+    differentiate()
+'''
+
+
+@pytest.mark.loop_forms(None, reason="runs loop tests of its own")
+def test_a_loop_test_fails_when_a_form_is_not_exercised(tmp_path):
+    """conftest.py's loop_form check, on tests that skip a form, exercise none, or pin one
+    without a reason or although their loop has both."""
+    import subprocess
+    import sys
+    from xml.etree import ElementTree
+
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    (tmp_path / "test_probe.py").write_text(_FORMS_PROBE)
+    report = tmp_path / "report.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junit-xml={report}",
+                    str(tmp_path)], capture_output=True, text=True, timeout=600)
+    got = {case.get("name"): " ".join(["ERROR", *(e.get("message", "") for e in case)]) if len(case) else "PASSED"
+           for case in ElementTree.parse(report).iter("testcase")}
+    expected = {
+        "test_counted[unrolled]": "PASSED", "test_counted[looped]": "PASSED",
+        "test_skips_one[unrolled]": "PASSED", "test_skips_one[looped]": "ERROR skipped in the looped form",
+        "test_no_loop[unrolled]": "ERROR no loop was differentiated unrolled",
+        "test_no_loop[looped]": "ERROR no loop was differentiated looped",
+        "test_run_time_count_unpinned[unrolled]": "ERROR no loop was differentiated unrolled",
+        "test_run_time_count_unpinned[looped]": "PASSED", "test_run_time_count[looped]": "PASSED",
+        "test_counted_but_pinned[looped]": "ERROR pinned to ('looped',), but 1 of its loops can be unrolled",
+        "test_pinned_without_reason[looped]": "ERROR loop_forms(...) needs a reason",
+    }
+    assert set(got) == set(expected), got
+    for name, outcome in expected.items():
+        assert outcome.split(" ", 1)[-1] in got[name] and got[name].startswith(outcome.split(" ")[0]), (name, got[name])
