@@ -817,8 +817,9 @@ def _while_adjoint(op, cts) -> Sequence[ir.Value | None]:
     TensorFlow does: its while_v2 makes the tensors a loop reads (a bound its condition compares
     with, a value its body ignores) loop inputs, and the gradient of a loop input is a tensor,
     zeros where the outputs do not depend on it (where the loop is on the gradient's path at
-    all). Not for values of run-time shape: the tapes of irgrad's own loops, when a gradient is
-    differentiated again, which no user sees."""
+    all). Not for values of run-time shape (the tapes of irgrad's own loops, when a gradient is
+    differentiated again): zeros of such a shape read its size where the adjoint is built, a
+    value the adjoint of an enclosing loop would record; those keep None."""
     n = trip_count(op)
     m = len(op.operands)
     captured = captured_values(op)
