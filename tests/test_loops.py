@@ -288,9 +288,14 @@ RNN_ARGS = [np.array([0.3, -0.4, 0.8], F64), np.array([1.2, 0.8, -0.9], F64), np
 
 
 @pytest.mark.parametrize("k", ["sqrt", 7])
-def test_checkpointed_counted_loop(k):
+def test_checkpointed_counted_loop(k, loop_form, request):
     """Snapshots every ⌈n/k⌉ iterations; the segments (18 or 43 iterations) recomputed in the
-    reverse pass, unrolled or looped."""
+    reverse pass, unrolled (the default for segments this short) or looped."""
+    if loop_form == "looped":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "IREE 3.13 upstream bug (the copy_buffer one of tests/fixtures/iree313_copy_buffer_bug.mlir): "
+            "OUT_OF_RANGE in hal.command_buffer.copy_buffer at run time, also before issue 40 (main with "
+            "MAX_UNROLLED_OPS = 0); looped segments of 265 (70,000 steps, sqrt) or 301 iterations run")))
     check_module(_lowered(rnn, *RNN_ARGS), RNN_ARGS, loop_checkpoints=k)
 
 
