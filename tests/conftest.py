@@ -2,6 +2,8 @@
 pytest puts this directory on sys.path."""
 from __future__ import annotations
 
+import collections
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -23,3 +25,64 @@ def isolated_cache_dir(tmp_path_factory):
         path = tmp_path_factory.mktemp("irgrad-cache")
         mp.setenv("IRGRAD_CACHE_DIR", str(path))
         yield path
+
+
+# ----- loop forms (issue 40) ---------------------------------------------------------------------
+# A test that uses the ``loop_form`` fixture (test_loops.py and test_loop_stress.py use it for every
+# test) runs once per form of the while adjoint, choices.LOOP_FORMS, with that form forced; it fails
+# when a form it runs in was not taken by any loop it differentiated, or was skipped, so that no
+# choice in passes/lowering/choices.py can hide a path from the loop tests again. A test pins one
+# form with ``@pytest.mark.loop_forms("looped", reason=...)`` (a pinned test fails if one of its
+# loops could take the other form), or opts out with ``loop_forms(None, reason=...)``.
+
+_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "loop_forms(*forms, reason): the while-adjoint forms a test using the "
+                                       "loop_form fixture runs in (default: all of choices.LOOP_FORMS)")
+
+
+def pytest_generate_tests(metafunc):
+    if "loop_form" in metafunc.fixturenames:
+        from irgrad.passes.lowering import choices
+
+        marker = metafunc.definition.get_closest_marker("loop_forms")
+        metafunc.parametrize("loop_form", marker.args if marker else choices.LOOP_FORMS, indirect=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_REPORT] = report
+    return report
+
+
+@pytest.fixture
+def loop_form(request):
+    """The test's loops differentiated in one form (``choices.loop_form``); checked afterwards."""
+    from irgrad.passes.lowering import choices
+
+    form, marker = request.param, request.node.get_closest_marker("loop_forms")
+    if marker is not None and not marker.kwargs.get("reason"):
+        pytest.fail("loop_forms(...) needs a reason: every loop test runs in every form unless it says why not")
+    if form is None:
+        yield form
+        return
+    before = collections.Counter(choices.LOOP_FORMS_TAKEN)
+    with choices.loop_form(form):
+        yield form
+    report = request.node.stash.get(_CALL_REPORT, None)
+    if report is None or report.failed or hasattr(report, "wasxfail"):
+        return
+    if report.skipped:
+        pytest.fail(f"skipped in the {form} form: a loop test runs in every form it declares")
+    taken = collections.Counter(choices.LOOP_FORMS_TAKEN)
+    taken.subtract(before)
+    if taken[form] == 0:
+        pytest.fail(f"no loop was differentiated {form}: the test does not exercise that form (a test whose "
+                    "loops all have a run-time trip count has no unrolled form: loop_forms('looped', reason=...))")
+    if marker is not None and len(marker.args) < len(choices.LOOP_FORMS) and taken["unrollable"]:
+        pytest.fail(f"pinned to {marker.args}, but {taken['unrollable']} of its loops can be unrolled: "
+                    "run it in every form")

@@ -632,19 +632,12 @@ LOOP_CASES = {
 }
 
 
-@pytest.fixture(params=["unrolled", "taped"])
-def loop_formulation(request, monkeypatch):
-    """Both while adjoints of choices.unroll_loop: these loops are short enough to unroll;
-    with no unrolling budget they take the taped forward loop and the reverse loop."""
-    if request.param == "taped":
-        monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
-    return request.param
-
-
 @pytest.mark.parametrize("name", sorted(LOOP_CASES))
-def test_while(name, loop_formulation):
+def test_while(name, loop_form):
+    """In both while adjoints (conftest.py's loop_form): unrolled, and the taped forward loop
+    with the reverse loop."""
     text, args = LOOP_CASES[name]
-    check_module(text, args, what=f"{name} ({loop_formulation})")
+    check_module(text, args, what=f"{name} ({loop_form})")
 
 
 def test_short_loops_unroll():

@@ -26,6 +26,9 @@ from irgrad import passes
 F64 = np.float64
 CALLS = 300
 
+pytestmark = [pytest.mark.usefixtures("loop_form"),
+              pytest.mark.loop_forms("looped", reason="a loop whose trip count is known at run time only")]
+
 
 def loss(x):
     y = ig.while_loop(lambda v: ig.reduce_sum(v) < 4.0, lambda v: v * 1.5 + 0.2 * ig.sin(v * v), x)
@@ -48,8 +51,9 @@ def reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 X0 = np.array([0.4, 0.7], F64)
 
 
-@pytest.fixture(scope="module")
-def texts() -> dict[str, str]:
+@pytest.fixture
+def texts(loop_form) -> dict[str, str]:
+    """Differentiated in the test's loop form (compiled once: the compile cache keeps them)."""
     return {"grad": ig.function(lambda x: ig.gradients(loss(x), x)[0]).lower(X0).mlir,
             "hess": ig.function(lambda x: ig.hessians(loss(x), x)[0]).lower(X0).mlir}
 

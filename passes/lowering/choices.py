@@ -40,7 +40,9 @@ in 0.9 ms, of a 256×16×256 tape in 6.2 ms), so a taped loop pays its whole tap
 step. A short loop is unrolled instead (trip count × body ops ≤ ``MAX_UNROLLED_OPS``,
 as torch-mlir exports recurrent models): straight-line code IREE fuses, with no tape.
 Longer loops keep the taped forward loop and the reverse loop (memory linear in the
-trip count, compile time independent of it).
+trip count, compile time independent of it). ``loop_form("unrolled" | "looped")`` forces one
+form for the loops differentiated while it is active (the tests run every loop test in both:
+``tests/conftest.py``, ``loop_form``), and ``LOOP_FORMS_TAKEN`` counts the forms taken.
 
 Matmul widths (IREE 3.13, llvm-cpu, measured on a 2-core x86 with AVX-512, one thread):
 the speed of a float ``dot_general`` falls off a cliff when its width ``n`` (the rhs's
@@ -59,12 +61,16 @@ longer; ``--iree-opt-data-tiling`` failed to compile MobileNetV2's gradient.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from .summation import THRESHOLD
 
 MAX_UNROLLED_OPS = 2048  # trip count × ops in the loop body
 MAX_UNROLLED_LOOPS = 16  # trip count × loops in the loop body
+MAX_FORCED_SCALAR_STEPS = 10  # a scalar recurrence unrolled by loop_form("unrolled") (0.6 s to compile)
 MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
 MAX_POOL_TAPS = 64
 MIN_WIDENED_MACS = 1 << 22  # multiply-adds of a product worth widening (200×200×200 is 8M)
@@ -108,6 +114,46 @@ def unroll_loop(trip_count: int, body_ops: int, inner_loops: int = 0, scalar_rec
     and a scalar loop costs little as a loop: its tapes are ``n`` scalars."""
     return not scalar_recurrence and trip_count * body_ops <= MAX_UNROLLED_OPS \
         and trip_count * inner_loops <= MAX_UNROLLED_LOOPS
+
+
+LOOP_FORMS = ("unrolled", "looped")
+_LOOP_FORM: ContextVar[str | None] = ContextVar("loop_form", default=None)
+# The forms the while adjoint took ("unrolled", "looped"), and how many of the loops it
+# differentiated loop_form("unrolled") would unroll ("unrollable"): what the tests check.
+LOOP_FORMS_TAKEN: Counter[str] = Counter()
+
+
+@contextmanager
+def loop_form(form: str | None) -> Iterator[None]:
+    """While active, the while adjoint differentiates every loop in ``form``: ``"looped"`` (the
+    taped loop and the reverse loop), ``"unrolled"`` (every loop with a trip count known at
+    compile time whose copies fit the unrolling budget, a scalar recurrence too if it runs at
+    most ``MAX_FORCED_SCALAR_STEPS`` times), None (``unroll_loop`` decides)."""
+    if form is not None and form not in LOOP_FORMS:
+        raise ValueError(f"loop_form must be one of {LOOP_FORMS} or None, got {form!r}")
+    token = _LOOP_FORM.set(form)
+    try:
+        yield
+    finally:
+        _LOOP_FORM.reset(token)
+
+
+def loop_adjoint_form(trip_count: int | None, body_ops: int, inner_loops: int = 0,
+                      scalar_recurrence: bool = False) -> str:
+    """``"unrolled"`` or ``"looped"``: how the while adjoint differentiates a loop (a trip count
+    of None, known only at run time: looped), ``unroll_loop`` deciding unless ``loop_form``
+    forces a form. Counted in ``LOOP_FORMS_TAKEN``."""
+    unrollable = trip_count is not None and unroll_loop(trip_count, body_ops, inner_loops) \
+        and (not scalar_recurrence or trip_count <= MAX_FORCED_SCALAR_STEPS)
+    forced = _LOOP_FORM.get()
+    if forced is None:
+        unrolled = trip_count is not None and unroll_loop(trip_count, body_ops, inner_loops, scalar_recurrence)
+    else:
+        unrolled = unrollable and forced == "unrolled"
+    form = "unrolled" if unrolled else "looped"
+    LOOP_FORMS_TAKEN[form] += 1
+    LOOP_FORMS_TAKEN["unrollable"] += unrollable
+    return form
 
 
 def pool_by_patches(window: Sequence[int], base_dilation: Sequence[int]) -> bool:

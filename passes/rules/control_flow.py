@@ -56,7 +56,7 @@ import numpy as np
 from ..ir import hlo
 from ..ir.regions import discard, inline_region, nested_ops
 from ..transforms.backprop import backprop, backprop_local, captured_values, op_inputs
-from ..lowering.choices import unroll_loop
+from ..lowering.choices import loop_adjoint_form, unroll_loop
 from ..ir.mlir import elem, ir, is_float, shape, tensor_type
 from ..transforms.forward import Replaced, by_transposition, in_place, jvp
 from ..transforms.batching import Batcher
@@ -108,17 +108,27 @@ def _differentiable(captured: Sequence[ir.Value]) -> list[ir.Value]:
 
 
 def _branch_adjoints(op: ir.Operation, cts, make) -> list[ir.Value | None]:
-    """One cotangent per captured value from an op ``make(types, n)`` that dispatches like ``op``."""
+    """One cotangent per captured value from an op ``make(types, n)`` that dispatches like ``op``:
+    zeros from the branches that do not reach a value, None for a value no branch reaches (a
+    threshold a branch compares with), as TensorFlow's cond_v2 gives."""
     captured = captured_values(op)
     wrt = _differentiable(captured)
-    if not wrt:
+    while wrt:
+        new, blocks = make([v.type for v in wrt], len(op.regions))
+        reached = [False] * len(wrt)
+        for k, block in enumerate(blocks):
+            with ir.InsertionPoint(block):
+                outs = inline_region(op, k, [])
+                grads = backprop(outs, list(cts), wrt, allow=_in_block(block))
+                reached = [r or g is not None for r, g in zip(reached, grads)]
+                hlo.return_([g if g is not None else hlo.zeros_like(v) for g, v in zip(grads, wrt)],
+                            "stablehlo.return")
+        if all(reached):
+            break
+        discard(new)  # again, for the values some branch reaches only
+        wrt = [v for v, r in zip(wrt, reached) if r]
+    else:
         return [None] * len(captured)
-    new, blocks = make([v.type for v in wrt], len(op.regions))
-    for k, block in enumerate(blocks):
-        with ir.InsertionPoint(block):
-            outs = inline_region(op, k, [])
-            grads = backprop(outs, list(cts), wrt, allow=_in_block(block))
-            hlo.return_([g if g is not None else hlo.zeros_like(v) for g, v in zip(grads, wrt)], "stablehlo.return")
     isolate(new)
     d_captured = dict(zip(wrt, new.results))
     return [d_captured.get(v) for v in captured]
@@ -358,23 +368,31 @@ def _record(op: ir.Operation, keep: list[int], residuals: list[tuple[int, int]],
     replaces its results), so the forward loop runs once.
     With a run-time count ``n`` it runs exactly ``n`` iterations (``t < n``). The row ``t`` is
     read off a counter of the loop's own that starts at a constant and steps by 1 where
-    there is one: IREE 3.13 keeps such a counter on the host, but a second one (the same
-    values) on the device, and reads it back at every step."""
+    there is one, whatever the count: IREE 3.13 keeps such a counter on the host, but a second
+    one (the same values) on the device, and reads it back at every step; and with a tape sized
+    at run time, a second counter made the gradient of a loop with a ``case`` inside fail at
+    every call ("ref is null" in ``hal.buffer.subspan``: tests/fixtures/iree313_two_counters_bug.mlir)."""
     m = len(op.operands)
     body_ops = list(op.regions[1].blocks[0].operations)
     stacked = [op.operands[k] for k in keep] + [body_ops[i].results[j] for i, j in residuals]
     own = _own_counter(op)
-    step = [] if own is not None and isinstance(n, int) else [_scalar(0)]
+    step = [] if own is not None else [_scalar(0)]
+
+    def row(args: Sequence[ir.Value]) -> ir.Value:
+        """t: the loop's own counter less its start, else the carry added to count."""
+        if own is None:
+            return args[-1]
+        return hlo.subtract(args[own], _scalar(_constant_int(op.operands[own])))
     loop, cond, body = hlo.while_([*op.operands, *[_tape(v, n) for v in stacked], *step])
     with ir.InsertionPoint(cond):
         if isinstance(n, int):
             hlo.return_(inline_region(op, 0, list(cond.arguments)[:m]), "stablehlo.return")
         else:
-            hlo.return_([hlo.compare(cond.arguments[-1], n, "LT")], "stablehlo.return")
+            hlo.return_([hlo.compare(row(list(cond.arguments)), n, "LT")], "stablehlo.return")
     with ir.InsertionPoint(body):
         args = list(body.arguments)
         zero = _scalar(0)
-        t = args[-1] if step else hlo.subtract(args[own], _scalar(_constant_int(op.operands[own])))
+        t = row(args)
         copied: list[ir.Operation] = []
         outs = inline_region(op, 1, args[:m], copied)
         values = [args[k] for k in keep] + [copied[i].results[j] for i, j in residuals]
@@ -543,8 +561,8 @@ def _connected(body: ir.Block, ct: Sequence[ir.Value], grads: Sequence[ir.Value 
     values') can be nonzero: those that read the cotangent of a carry that can. A carry's
     cotangent starts nonzero where it is ``seeded``; the step being linear in the carries'
     cotangents, one computed from zero cotangents only (an unchanged carry's own, a
-    threshold read by a comparison only) stays zero, and gets no cotangent at all, as through
-    straight-line code (TensorFlow's None for a ``while_loop``'s bound)."""
+    threshold read by a comparison only) stays zero: it is not accumulated, and the adjoint
+    gives zeros (``_while``)."""
     reach: dict[ir.Value, int] = {a: 1 << i for i, a in enumerate(ct)}
     for o in body.operations:
         o = o.operation
@@ -787,17 +805,32 @@ def _checkpoints(op: ir.Operation, n: int | None) -> int | str | None:
 
 @adjoint("stablehlo.while")
 def _while(op, cts):
-    """for t = n-1 .. 0: (d carry, d captured += ...) = body adjoint at the carries of iteration t"""
+    """for t = n-1 .. 0: (d carry, d captured += ...) = body adjoint at the carries of iteration t;
+    zeros for a float carry or captured value nothing reaches"""
+    inputs = [*op.operands, *captured_values(op)]
+    return [g if g is not None or not is_float(v) or not hlo.is_static(v) else hlo.zeros_like(v)
+            for g, v in zip(_while_adjoint(op, cts), inputs)]
+
+
+def _while_adjoint(op, cts) -> Sequence[ir.Value | None]:
+    """The while adjoint, None where nothing reaches a value. ``_while`` gives zeros there, as
+    TensorFlow does: its while_v2 makes the tensors a loop reads (a bound its condition compares
+    with, a value its body ignores) loop inputs, and the gradient of a loop input is a tensor,
+    zeros where the outputs do not depend on it (where the loop is on the gradient's path at
+    all). Not for values of run-time shape (the tapes of irgrad's own loops, when a gradient is
+    differentiated again): zeros of such a shape read its size where the adjoint is built, a
+    value the adjoint of an enclosing loop would record; those keep None."""
     n = trip_count(op)
     m = len(op.operands)
     captured = captured_values(op)
     floats = [k for k in range(m) if is_float(op.operands[k])]
     wrt = _differentiable(captured)
+    counted = n if SNAPSHOTS not in op.attributes else None  # a checkpointed loop's snapshots: looped
+    form = loop_adjoint_form(counted, *_size(op), scalar_recurrence=_scalar_recurrence(op))
     if n == 0:
         return (*[cts[k] if k in floats else None for k in range(m)], *[None] * len(captured))
-    if n is not None and SNAPSHOTS not in op.attributes \
-            and unroll_loop(n, *_size(op), scalar_recurrence=_scalar_recurrence(op)):
-        return _unrolled(op, cts, n, captured)
+    if form == "unrolled" and counted is not None:
+        return _unrolled(op, cts, counted, captured)
     checkpoints = _checkpoints(op, n)
     if n is None:
         # A trip count known only when the loop runs: computed before it from a bound the loop
