@@ -5,8 +5,7 @@ the seed ``[s0, s1]`` into a Philox key and counter (``StatelessRandomGetKeyCoun
 counter ``(s0, s1)`` as four 32-bit words, sign-extended from int32, run once through Philox
 under the key ``(0x3ec8f720, 0x02461e29)``; the output's first two words are the key, its last
 two the counter's high words), then fill the output from consecutive Philox blocks of four
-32-bit words. irgrad computes the same Philox4x32-10 rounds in StableHLO integer ops (32-bit
-words only, the 32×32→64 multiply from 16-bit halves, so every target runs it), so the bits are
+32-bit words. irgrad computes the same Philox4x32-10 rounds in StableHLO integer ops (the 32×32→64 multiply in 64-bit integers), so the bits are
 TensorFlow's: ``stateless_uniform`` (float32, float64, int32) equals TensorFlow's exactly, and
 ``stateless_normal`` / ``stateless_truncated_normal`` use the same words and TensorFlow's
 Box-Muller transform (they agree to the last bit or two of ``log`` / ``sin`` / ``cos``).
@@ -48,19 +47,11 @@ def _b(name: str, a: ir.Value, b: ir.Value) -> ir.Value:
 
 
 def _mulhilo(m: int, x: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """``(lo, hi)`` of the 64-bit product ``m · x`` from 16-bit halves (no 64-bit integers)."""
-    mask = _k(0xFFFF, x)
-    sixteen = _k(16, x)
-    al, ah = _k(m & 0xFFFF, x), _k(m >> 16, x)
-    bl, bh = _b("stablehlo.and", x, mask), _b("stablehlo.shift_right_logical", x, sixteen)
-    ll, lh = hlo.multiply(al, bl), hlo.multiply(al, bh)
-    hl, hh = hlo.multiply(ah, bl), hlo.multiply(ah, bh)
-    mid = hlo.add(hlo.add(_b("stablehlo.shift_right_logical", ll, sixteen), _b("stablehlo.and", lh, mask)),
-                  _b("stablehlo.and", hl, mask))
-    hi = hlo.add(hlo.add(hh, _b("stablehlo.shift_right_logical", lh, sixteen)),
-                 hlo.add(_b("stablehlo.shift_right_logical", hl, sixteen),
-                         _b("stablehlo.shift_right_logical", mid, sixteen)))
-    return hlo.multiply(_k(m, x), x), hi
+    """``(lo, hi)`` words of the 64-bit product ``m · x``."""
+    u64 = ir.IntegerType.get_unsigned(64)
+    wide = hlo.multiply(hlo.convert(x, u64), hlo.splat(m, tensor_type(value_shape(x), u64)))
+    hi = _b("stablehlo.shift_right_logical", wide, hlo.splat(32, wide.type))
+    return hlo.convert(wide, _u32()), hlo.convert(hi, _u32())
 
 
 def philox(counter: list[ir.Value], key: list[ir.Value]) -> list[ir.Value]:

@@ -183,3 +183,149 @@ def test_complex_cholesky_is_refused_with_the_op_named():
 }"""
     with pytest.raises((passes.MissingAdjointError, ValueError), match="cholesky|complex"):
         passes.differentiate(text, "f", wrt=[0])
+
+
+# ----- ig.linalg (issue 42): TensorFlow's ops, their gradients checked numerically ------------------
+# TensorFlow's recorded values and gradients: tests/fixtures/tf/cases_linalg.py.
+
+def _well_conditioned(*shape):
+    return RNG.standard_normal(shape) + 3 * np.eye(shape[-1])
+
+
+def test_lu_family_gradients():
+    """inv, det, slogdet and solve (both ways), through the LU composite's adjoint and tangent."""
+    a, b = _well_conditioned(2, 3, 3), RNG.standard_normal((2, 3, 2))
+
+    def fn(a, b):
+        return [ig.linalg.inv(a), ig.linalg.inv(a, adjoint=True), ig.linalg.det(a), ig.linalg.slogdet(a)[1],
+                ig.linalg.solve(a, b), ig.linalg.solve(a, b, adjoint=True)]
+
+    check_fn(fn, a, b)
+
+
+def test_lu_values_and_its_own_gradient():
+    """lu's packed factors reproduce a[p] = L U (pivoting on a tiny leading entry), and the
+    gradient of a function of the packed factors is right."""
+    a = _well_conditioned(2, 4, 4)
+    a[:, 0, 0] = 1e-3
+    lu, p = ig.function(lambda x: ig.linalg.lu(x))(a)
+    lu, p = np.asarray(lu), np.asarray(p)
+    lower = np.tril(lu, -1) + np.eye(4)
+    np.testing.assert_allclose(np.take_along_axis(a, p[..., None], 1), lower @ np.triu(lu), atol=1e-12)
+    assert (p[:, 0] != 0).all()
+    check_fn(lambda x: [ig.linalg.lu(x)[0]], a)
+
+
+def test_cholesky_family_gradients():
+    """cholesky (of a symmetrised input: TensorFlow's gradient is symmetric), cholesky_solve,
+    logdet and triangular_solve."""
+    x, b = RNG.standard_normal((2, 3, 3)), RNG.standard_normal((2, 3, 2))
+
+    def fn(x, b):
+        s = ig.matmul(x, x, transpose_b=True) + ig.constant(3 * np.eye(3))
+        chol = ig.linalg.cholesky(s)
+        return [chol, ig.linalg.cholesky_solve(chol, b), ig.linalg.logdet(s),
+                ig.linalg.triangular_solve(s, b, lower=False, adjoint=True)]
+
+    check_fn(fn, x, b)
+
+
+def test_eigh_gradients():
+    """eigh reads the lower triangle; its TensorFlow gradient (lower-triangular) is the true
+    derivative of that. Eigenvectors sign-normalised."""
+    a = RNG.standard_normal((2, 4, 4))
+    a = a + np.swapaxes(a, -1, -2)
+
+    def fn(a):
+        e, v = ig.linalg.eigh(a)
+        return [e, v * ig.sign(ig.reduce_sum(v, axis=-2, keepdims=True)), ig.linalg.eigvalsh(a)]
+
+    check_fn(fn, a)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 3), (3, 5), (3, 3)], ids=["deep", "wide", "square"])
+def test_qr_and_svd_gradients(shape):
+    a = RNG.standard_normal(shape)
+
+    def fn(a):
+        q, r = ig.linalg.qr(a)
+        s, u, v = ig.linalg.svd(a)
+        signs = ig.sign(ig.reduce_sum(u, axis=-2, keepdims=True))
+        return [q, r, s, u * signs, v * signs, ig.linalg.svd(a, compute_uv=False)]
+
+    check_fn(fn, a)
+
+
+def test_full_matrices_values_and_gradients():
+    """qr(full_matrices) of a wide matrix and svd(full_matrices) with |m - n| = 1 differentiate
+    (TensorFlow's rules); the cases TensorFlow refuses raise NotImplementedError, as there."""
+    a = RNG.standard_normal((3, 4))
+
+    def fn(a):
+        q, r = ig.linalg.qr(a, full_matrices=True)
+        s, u, v = ig.linalg.svd(a, full_matrices=True)
+        signs = ig.sign(ig.reduce_sum(u, axis=-2, keepdims=True))
+        return [q, r, s, u * signs]
+
+    check_fn(fn, a)
+    deep = ig.TensorSpec([4, 2], ig.float64)
+
+    def qr_full(x):
+        return ig.gradients(ig.reduce_sum(ig.linalg.qr(x, full_matrices=True)[0]), x)
+
+    def svd_full(x):
+        return ig.gradients(ig.reduce_sum(ig.linalg.svd(x, full_matrices=True)[1]), x)
+
+    for f in (qr_full, svd_full):
+        with pytest.raises(NotImplementedError, match="full_matrices"):
+            ig.function(f).lower(deep)
+
+
+def test_structure_ops_gradients():
+    a, b, w = RNG.standard_normal((2, 3, 4)), RNG.standard_normal((2, 4)), RNG.standard_normal((4, 3))
+
+    def fn(a, b, w):
+        return [ig.linalg.band_part(a, 0, 1), ig.linalg.diag(b, k=-1), ig.linalg.diag_part(a, k=1),
+                ig.linalg.set_diag(a, b[:, :3]), ig.linalg.trace(a[:, :, :3]), ig.linalg.matvec(a, b),
+                ig.linalg.tensordot(a, w, 1)]
+
+    check_fn(fn, a, b, w, both=False)
+
+
+def test_decompositions_under_vectorized_map():
+    """The composites batch (their decompositions batched): equal to the batched op."""
+    a = RNG.standard_normal((3, 4, 4))
+    a = a + np.swapaxes(a, -1, -2) + 8 * np.eye(4)
+
+    def one(m):
+        return [ig.linalg.eigh(m)[0], ig.linalg.svd(m, compute_uv=False), ig.linalg.det(m), ig.abs(ig.linalg.qr(m)[1])]
+
+    mapped = ig.function(lambda x: ig.vectorized_map(one, x))(a)
+    direct = ig.function(one)(a)
+    for m, d in zip(mapped, direct):
+        np.testing.assert_allclose(np.asarray(m), np.asarray(d), rtol=1e-12, atol=1e-12)
+
+
+def test_float32_compiles_for_vulkan():
+    """Every decomposition in float32 compiles for vulkan-spirv (the loops are plain StableHLO)."""
+    def fn(a):
+        s = ig.matmul(a, a, transpose_b=True) + 4.0 * ig.linalg.eye(4)
+        loss = (ig.reduce_sum(ig.linalg.eigh(s)[0]) + ig.reduce_sum(ig.linalg.svd(a, compute_uv=False))
+                + ig.reduce_sum(ig.linalg.qr(a)[1]) + ig.linalg.det(s) + ig.reduce_sum(ig.linalg.inv(s))
+                + ig.linalg.logdet(s))
+        return loss, ig.gradients(loss, a)[0]
+
+    ig.function(fn).lower(ig.TensorSpec([4, 4], ig.float32)).compile(target="vulkan-spirv")
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda x: ig.linalg.inv(x[:, :2]), ValueError, "square"),
+    (lambda x: ig.linalg.det(ig.cast(x, ig.int32)), TypeError, "floating-point"),
+    (lambda x: ig.linalg.band_part(x, ig.constant(1), 0), TypeError, "num_lower"),
+    (lambda x: ig.linalg.diag_part(x, k=(0, 1)), NotImplementedError, "band of diagonals"),
+    (lambda x: ig.linalg.solve(x, x[:2]), ValueError, "do not match"),
+    (lambda x: ig.linalg.tensordot(x, x, [[0], [0, 1]]), ValueError, "axes"),
+])
+def test_bad_input_is_refused_precisely(call, error, match):
+    with pytest.raises(error, match=match):
+        ig.function(call).lower(ig.TensorSpec([3, 3], ig.float32))
