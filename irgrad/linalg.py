@@ -393,7 +393,17 @@ def det(input, name=None) -> Tensor:  # noqa: A002
     name = name or "MatrixDeterminant"
     x = _matrix(input, name, square=True)
     packed, _, sign = _lu_parts(x, name)
-    product = emit(name, lambda: hlo.reduce(rules._diag_part(packed.value), [x.ndim - 2], "mul"))
+    def product():  # the pivots multiplied one by one (IREE 3.13 fails to schedule the jvp of a reduce)
+        d = rules._diag_part(packed.value)
+        r = x.ndim - 1
+        s = list(x.shape[:-1])
+        out = None
+        for i in range(s[-1]):
+            di = hlo.reshape(hlo.slice(d, [0] * (r - 1) + [i], [*s[:-1], i + 1], [1] * r), s[:-1])
+            out = di if out is None else hlo.multiply(out, di)
+        return out
+
+    product = emit(name, product)
     return multiply(product, cast(sign, x.dtype), name=name)
 
 

@@ -756,7 +756,23 @@ def _svd(op, cts):
 
 # The tangents are the adjoints transposed (TensorFlow's forward accumulator does the same for
 # ops with only a registered gradient); batching batches the decomposition (composites.py).
-for _name in (LU, EIGH, QR, SVD):
+@composite_tangent(LU)
+def _lu_tangent(op, ts):
+    """lu̇ = L tril₋₁(F) + triu(F) U, F = L⁻¹ P ȧ U⁻¹"""
+    (t,) = ts
+    if t is None:
+        return [None] * len(op.results)
+    lu, perm = op.results[0], op.results[1]
+    s = shape(lu)
+    x = _matmul(_permutation_matrix(perm, elem(lu)), t)
+    y = triangular_solve(lu, x, left_side=True, lower=True, unit_diagonal=True)
+    f = triangular_solve(lu, y, left_side=False, lower=False)
+    lower = hlo.add(_mask(lu, "strict_lower"), _eye(s, elem(lu)))
+    dlu = hlo.add(_matmul(lower, _mask(f, "strict_lower")), _matmul(_mask(f, "upper"), _mask(lu, "upper")))
+    return [dlu, None, None]
+
+
+for _name in (EIGH, QR, SVD):
     composite_tangent(_name)(by_transposition)
 
 
