@@ -179,7 +179,7 @@ def _single_diagonal(k, name: str) -> int:
 
 def diag(diagonal, name="diag", k=0, num_rows=-1, num_cols=-1, padding_value=0, align="RIGHT_LEFT") -> Tensor:
     """The matrices with ``diagonal [..., L]`` on their ``k``-th diagonal and ``padding_value``
-    elsewhere (``tf.linalg.diag``): ``[..., M, N]``, by default ``M = N = L + |k|``.
+    elsewhere (``tf.linalg.diag``): ``[..., M, N]``, by default ``M = N = L + abs(k)``.
 
     Gradient: the cotangent's ``k``-th diagonal (TensorFlow's MatrixDiag gradient).
     """
@@ -188,8 +188,8 @@ def diag(diagonal, name="diag", k=0, num_rows=-1, num_cols=-1, padding_value=0, 
     if d.ndim < 1 or d.shape[-1] is None:
         raise ValueError(f"{name}: expected a tensor of rank >= 1 with a static last dimension, got {tuple(d.shape)}")
     length = d.shape[-1]
-    m = length + max(-k, 0) if num_rows in (-1, None) else _python_int(num_rows, name, "num_rows")
-    n = length + max(k, 0) if num_cols in (-1, None) else _python_int(num_cols, name, "num_cols")
+    m = length + abs(k) if num_rows in (-1, None) else _python_int(num_rows, name, "num_rows")
+    n = length + abs(k) if num_cols in (-1, None) else _python_int(num_cols, name, "num_cols")
     if min(m + min(k, 0), n - max(k, 0)) != length:
         raise ValueError(f"{name}: a diagonal of length {length} does not fit diagonal {k} of a {m}x{n} matrix")
     pad = convert_to_tensor(padding_value, d.dtype)
@@ -327,8 +327,10 @@ def cholesky_solve(chol, rhs, name=None) -> Tensor:
 
 
 def _lu_parts(x: Tensor, name: str) -> list[Tensor]:
-    return _composite(rules.LU, x, lambda t: [t, tensor_type(_dims(t)[:-1], _i32()), tensor_type(_dims(t)[:-2], _i32())],
-                      rules.lu_decomposition, "lu", name)
+    def types(t):
+        return [t, tensor_type(_dims(t)[:-1], _i32()), tensor_type(_dims(t)[:-2], _i32())]
+
+    return _composite(rules.LU, x, types, rules.lu_decomposition, "lu", name)
 
 
 def lu(input, output_idx_type=dtypes.int32, name=None) -> Lu:  # noqa: A002

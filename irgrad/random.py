@@ -5,15 +5,17 @@ the seed ``[s0, s1]`` into a Philox key and counter (``StatelessRandomGetKeyCoun
 counter ``(s0, s1)`` as four 32-bit words, sign-extended from int32, run once through Philox
 under the key ``(0x3ec8f720, 0x02461e29)``; the output's first two words are the key, its last
 two the counter's high words), then fill the output from consecutive Philox blocks of four
-32-bit words. irgrad computes the same Philox4x32-10 rounds in StableHLO integer ops (the 32×32→64 multiply in 64-bit integers), so the bits are
+32-bit words. irgrad computes the same Philox4x32-10 rounds in StableHLO integer ops (the
+32×32→64 multiply in 64-bit integers), so the bits are
 TensorFlow's: ``stateless_uniform`` (float32, float64, int32) equals TensorFlow's exactly, and
 ``stateless_normal`` / ``stateless_truncated_normal`` use the same words and TensorFlow's
 Box-Muller transform (they agree to the last bit or two of ``log`` / ``sin`` / ``cos``).
 ``stateless_categorical`` follows TensorFlow's CPU kernel (one stream for the batch, its
 cumulative sums in the logits' dtype where TensorFlow uses float64).
 
-StableHLO's ``rng_bit_generator`` (``PHILOX``) is not used: its output bits are
-implementation-defined and not TensorFlow's. The ops are not differentiable (TensorFlow:
+StableHLO's ``rng_bit_generator`` (``PHILOX``) is not used: IREE 3.13 compiles it for llvm-cpu
+and vulkan-spirv, but its bits are implementation-defined (its state and output order are
+XLA's, not TensorFlow's), and matching TensorFlow is worth more. The ops are not differentiable (TensorFlow:
 ``NotDifferentiable``); their results are constants to ``ig.gradients``.
 """
 from __future__ import annotations
@@ -343,7 +345,8 @@ def stateless_categorical(logits, num_samples, seed, dtype=dtypes.int64, name=No
         hi = hlo.reshape(hlo.slice(w, [0, 0], [max(total, 1), 1], [1, 1]), [max(total, 1)])
         lo = hlo.reshape(hlo.slice(w, [0, 1], [max(total, 1), 2], [1, 1]), [max(total, 1)])
         u = hlo.reshape(hlo.slice(_unit(hi, lo, el), [0], [total], [1]), [b, ns])
-        finite = ir.Operation.create("stablehlo.is_finite", results=[tensor_type([b, c], ir.IntegerType.get_signless(1))],
+        i1 = ir.IntegerType.get_signless(1)
+        finite = ir.Operation.create("stablehlo.is_finite", results=[tensor_type([b, c], i1)],
                                      operands=[x.value]).result
         top = hlo.reduce(hlo.select(finite, x.value, hlo.like(-np.inf, x.value)), [1], "max")
         p = hlo.unary("stablehlo.exponential", hlo.subtract(x.value, hlo.broadcast_in_dim(top, [b, c], [0])))
