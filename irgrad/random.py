@@ -256,16 +256,19 @@ def _moments(x: ir.Value, mean: Tensor, stddev: Tensor, dims: list[int]) -> ir.V
     return hlo.add(hlo.multiply(x, full(stddev)), full(mean))
 
 
+def _normal_args(shape, seed, mean, stddev, dtype, name: str):
+    """(dtype, dims, seed, mean, stddev, element count, outputs per Philox block) of a normal op."""
+    dt = _float_dtype(dtype, name)
+    dims = _shape_list(shape, name)
+    return (dt, dims, _seed(seed, name), convert_to_tensor(mean, dt), convert_to_tensor(stddev, dt),
+            int(np.prod(dims, dtype=np.int64)), 4 if dt == dtypes.float32 else 2)
+
+
 def stateless_normal(shape, seed, mean=0.0, stddev=1.0, dtype=dtypes.float32, name=None, alg="auto_select") -> Tensor:
     """Normal values (``tf.random.stateless_normal``): TensorFlow's Philox words and Box-Muller
     transform, ``x · stddev + mean``. float32 or float64. Not differentiable."""
     name = name or "stateless_random_normal"
-    dt = _float_dtype(dtype, name)
-    dims = _shape_list(shape, name)
-    s = _seed(seed, name)
-    mu, sd = convert_to_tensor(mean, dt), convert_to_tensor(stddev, dt)
-    n = int(np.prod(dims, dtype=np.int64))
-    per = 4 if dt == dtypes.float32 else 2
+    dt, dims, s, mu, sd, n, per = _normal_args(shape, seed, mean, stddev, dtype, name)
 
     def build():
         key, counter = _key_counter(s, name)
@@ -284,12 +287,7 @@ def stateless_truncated_normal(shape, seed, mean=0.0, stddev=1.0, dtype=dtypes.f
     irgrad draws 3 blocks per group (12 or 6 candidates: a shortfall has probability below
     1e-9 per group, and leaves a 0). Not differentiable."""
     name = name or "stateless_truncated_normal"
-    dt = _float_dtype(dtype, name)
-    dims = _shape_list(shape, name)
-    s = _seed(seed, name)
-    mu, sd = convert_to_tensor(mean, dt), convert_to_tensor(stddev, dt)
-    n = int(np.prod(dims, dtype=np.int64))
-    per = 4 if dt == dtypes.float32 else 2
+    dt, dims, s, mu, sd, n, per = _normal_args(shape, seed, mean, stddev, dtype, name)
     draws = 3
 
     def build():

@@ -387,6 +387,16 @@ def _safe_reciprocal(x: Value) -> Value:
     return hlo.divide(x, hlo.add(hlo.multiply(x, x), hlo.like(1e-20, x)))
 
 
+def _gap_reciprocals(x: Value) -> Value:
+    """``F [..., n, n]``, ``F_ij = 1 / (x_j - x_i)`` (safe reciprocal), 0 on the diagonal."""
+    s = [*shape(x), shape(x)[-1]]
+    r = len(s)
+    diff = hlo.subtract(hlo.broadcast_in_dim(x, s, [*range(r - 2), r - 1]),
+                        hlo.broadcast_in_dim(x, s, [*range(r - 2), r - 2]))
+    eq = hlo.compare(hlo.iota(s, _i32(), r - 2), hlo.iota(s, _i32(), r - 1), "EQ")
+    return hlo.select(eq, hlo.zeros(diff.type), _safe_reciprocal(diff))
+
+
 def _slice_last(x: Value, dim_from_end: int, start: int, stop: int) -> Value:
     s = shape(x)
     d = len(s) - dim_from_end
@@ -664,13 +674,7 @@ def _eigh(op, cts):
         return (None,)
     inner = _diag(ge) if ge is not None else hlo.zeros(v.type)
     if gv is not None:
-        s = shape(v)
-        r = len(s)
-        diff = hlo.subtract(hlo.broadcast_in_dim(e, s, [*range(r - 2), r - 1]),
-                            hlo.broadcast_in_dim(e, s, [*range(r - 2), r - 2]))
-        f = hlo.select(hlo.compare(hlo.iota(s, _i32(), r - 2), hlo.iota(s, _i32(), r - 1), "EQ"),
-                       hlo.zeros(v.type), _safe_reciprocal(diff))
-        inner = hlo.add(inner, hlo.multiply(f, _matmul(_mT(v), gv)))
+        inner = hlo.add(inner, hlo.multiply(_gap_reciprocals(e), _matmul(_mT(v), gv)))
     g = _matmul(v, _matmul(inner, _mT(v)))
     return (_phi(hlo.add(g, _mT(g))),)
 
@@ -729,12 +733,7 @@ def _svd(op, cts):
                                   f"(m={m}, n={n}) at {op.location}")
     s_mat = _diag(s)
     s2 = hlo.multiply(s, s)
-    sq = shape(s_mat)
-    r = len(sq)
-    diff = hlo.subtract(hlo.broadcast_in_dim(s2, sq, [*range(r - 2), r - 1]),
-                        hlo.broadcast_in_dim(s2, sq, [*range(r - 2), r - 2]))
-    f = hlo.select(hlo.compare(hlo.iota(sq, _i32(), r - 2), hlo.iota(sq, _i32(), r - 1), "EQ"),
-                   hlo.zeros(s_mat.type), _safe_reciprocal(diff))
+    f = _gap_reciprocals(s2)
     s_inv = _diag(_safe_reciprocal(s))
     v1 = _slice_last(v, 1, 0, m)
     gv1 = _slice_last(gv, 1, 0, m)
