@@ -341,3 +341,41 @@ def test_float32_compiles_for_vulkan():
 def test_bad_input_is_refused_precisely(call, error, match):
     with pytest.raises(error, match=match):
         ig.function(call).lower(ig.TensorSpec([3, 3], ig.float32))
+
+
+JAX_EIGH = """module @jit_eigh {
+  func.func public @main(%arg0: tensor<3x3xf64>) -> (tensor<3xf64>, tensor<3x3xf64>) {
+    %0:2 = call @eigh(%arg0) : (tensor<3x3xf64>) -> (tensor<3xf64>, tensor<3x3xf64>)
+    return %0#0, %0#1 : tensor<3xf64>, tensor<3x3xf64>
+  }
+  func.func private @eigh(%arg0: tensor<3x3xf64>) -> (tensor<3xf64>, tensor<3x3xf64>) {
+    %0 = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<3x3xf64>) -> tensor<3x3xf64>
+    %1 = stablehlo.add %arg0, %0 : tensor<3x3xf64>
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<3x3xf64>
+    %3 = stablehlo.divide %1, %cst : tensor<3x3xf64>
+    %4:3 = stablehlo.custom_call @lapack_dsyevd_ffi(%3) {backend_config = "", mhlo.backend_config = {mode = 86 : ui8, uplo = UPLO : ui8}, output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [0], operand_index = 0, operand_tuple_indices = []>]} : (tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3xf64>, tensor<i32>)
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %6 = stablehlo.compare EQ, %4#2, %c, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %nan = stablehlo.constant dense<0x7FF8000000000000> : tensor<3xf64>
+    %9 = stablehlo.broadcast_in_dim %6, dims = [] : (tensor<i1>) -> tensor<3xi1>
+    %14 = stablehlo.select %9, %4#1, %nan : tensor<3xi1>, tensor<3xf64>
+    %sq = stablehlo.multiply %4#0, %4#0 : tensor<3x3xf64>
+    return %14, %sq : tensor<3xf64>, tensor<3x3xf64>
+  }
+}"""
+
+
+@pytest.mark.parametrize("uplo", [76, 85], ids=["L", "U"])
+def test_jax_cpu_eigh_call_becomes_the_eigh_composite(uplo):
+    """JAX's CPU ``eigh`` (``custom_call @lapack_dsyevd_ffi``, as jax.jit(jnp.linalg.eigh) lowers
+    it; layouts and sharding attributes left out) compiles and differentiates: irgrad replaces
+    the call by its eigh composite (eigenvalues, and the squares of the eigenvectors, which do
+    not depend on their signs)."""
+    text = JAX_EIGH.replace("UPLO", str(uplo))
+    a = RNG.standard_normal((3, 3))
+    e, vv = (np.asarray(r) for r in ig.compile(text).load()["main"].call_flat(a))
+    w, v = np.linalg.eigh((a + a.T) / 2)
+    np.testing.assert_allclose(e, w, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(vv, v * v, rtol=1e-10, atol=1e-12)
+    assert "irgrad.linalg.eigh" in passes.differentiate(text, "main", grad=False, vjp=True)
+    check_module(text, [a], func="main")

@@ -23,6 +23,12 @@ The calls' attributes (``mhlo.backend_config``, LAPACK's character codes as ``ui
   JAX passes none), reading one triangle of ``a`` and, for a unit diagonal, not its
   diagonal: exactly ``stablehlo.triangular_solve``.
 
+* ``syevd_ffi(a) -> (v, w, info)`` (``s``/``d`` only), ``mode`` V (86: with eigenvectors),
+  ``uplo`` L / U: eigenvectors ``v`` (columns) and ascending eigenvalues ``w`` of the
+  symmetric matrix in the named triangle of ``a``. The rewrite is irgrad's
+  ``irgrad.linalg.eigh`` composite (``rules/linalg.py``: Jacobi sweeps, TensorFlow's
+  gradient) of ``a`` (``aᵀ`` for U), its decomposition added to the module; ``info`` is 0.
+
 A call with other operands or results than these (an older, non-FFI ABI) is left alone, and
 ``irgrad grad`` then names it as an op without an adjoint.
 """
@@ -31,12 +37,14 @@ from __future__ import annotations
 import re
 
 from ..ir import hlo
-from ..ir.mlir import ir, shape, tensor_type
+from ..ir.mlir import elem, ir, shape, tensor_type
+from ..ir.regions import module_of
+from ..rules.linalg import EIGH, eigh_decomposition
 
 __all__ = ["LAPACK_TARGET", "rewrite_lapack_calls"]
 
 # The call targets rewritten (a cheap textual test before walking a module).
-LAPACK_TARGET = re.compile(r"^lapack_[sdcz](potrf|trsm)_ffi$")
+LAPACK_TARGET = re.compile(r"^lapack_[sdcz](potrf|trsm)_ffi$|^lapack_[sd](syevd)_ffi$")
 
 _CHAR = {"L": 76, "U": 85, "R": 82, "N": 78, "T": 84, "C": 67}
 _TRANSPOSE = {_CHAR["N"]: "NO_TRANSPOSE", _CHAR["T"]: "TRANSPOSE", _CHAR["C"]: "ADJOINT"}
@@ -113,6 +121,29 @@ def _trsm(op: ir.Operation, codes: dict[str, int]) -> list[ir.Value] | None:
     return [x]
 
 
+def _syevd(op: ir.Operation, codes: dict[str, int]) -> list[ir.Value] | None:
+    if len(op.operands) != 1 or len(op.results) != 3 or codes.get("mode") != 86 \
+            or codes.get("uplo") not in (_CHAR["L"], _CHAR["U"]):
+        return None
+    a = op.operands[0]
+    dims = shape(a)
+    values = tensor_type(dims[:-1], elem(a))
+    if not _square(a) or op.results[0].type != a.type or op.results[1].type != values \
+            or op.results[2].type != tensor_type(dims[:-2], _i32()):
+        return None
+    name = "irgrad.eigh_" + "x".join(map(str, dims)) + f"x{elem(a)}"
+    module = module_of(op)
+    if name not in ir.SymbolTable(module):
+        with ir.InsertionPoint(module.regions[0].blocks[0]):
+            _, block = hlo.func(name, [a.type], [values, a.type], private=True)
+        with ir.InsertionPoint(block):
+            hlo.return_(eigh_decomposition(block.arguments[0]))
+    r = len(dims)
+    x = a if codes["uplo"] == _CHAR["L"] else hlo.transpose(a, [*range(r - 2), r - 1, r - 2])
+    w, v = hlo.composite(EIGH, [x], [values, a.type], name)
+    return [v, w, hlo.zeros(op.results[2].type)]
+
+
 def _calls(op: ir.Operation, out: list[ir.Operation]) -> None:
     for region in op.regions:
         for block in region.blocks:
@@ -135,9 +166,10 @@ def rewrite_lapack_calls(module: ir.Module) -> int:
             codes = _codes(op)
             if codes is None:
                 continue
-            kind = LAPACK_TARGET.match(hlo.read_str(op, "call_target_name")).group(1)  # type: ignore[union-attr]
+            match = LAPACK_TARGET.match(hlo.read_str(op, "call_target_name"))
+            kind = match.group(1) or match.group(2)  # type: ignore[union-attr]
             with ir.InsertionPoint(op), op.location:
-                results = (_potrf if kind == "potrf" else _trsm)(op, codes)
+                results = {"potrf": _potrf, "trsm": _trsm, "syevd": _syevd}[kind](op, codes)
             if results is None:
                 continue
             for old, new in zip(op.results, results):
