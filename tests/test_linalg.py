@@ -379,3 +379,34 @@ def test_jax_cpu_eigh_call_becomes_the_eigh_composite(uplo):
     np.testing.assert_allclose(vv, v * v, rtol=1e-10, atol=1e-12)
     assert "irgrad.linalg.eigh" in passes.differentiate(text, "main", grad=False, vjp=True)
     check_module(text, [a], func="main")
+
+
+JAX_SVD = """module @jit_svd {
+  func.func public @main(%arg0: tensor<4x3xf64>) -> (tensor<3xf64>, tensor<UxUxf64>, tensor<VxVxf64>) {
+    %0:5 = stablehlo.custom_call @lapack_dgesdd_ffi(%arg0) {backend_config = "", mhlo.backend_config = {mode = MODE : ui8}, output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [0], operand_index = 0, operand_tuple_indices = []>]} : (tensor<4x3xf64>) -> (tensor<4x3xf64>, tensor<3xf64>, tensor<4xUxf64>, tensor<Vx3xf64>, tensor<i32>)
+    %u = stablehlo.dot_general %0#2, %0#2, contracting_dims = [1] x [1] : (tensor<4xUxf64>, tensor<4xUxf64>) -> tensor<4x4xf64>
+    %v = stablehlo.dot_general %0#3, %0#3, contracting_dims = [0] x [0] : (tensor<Vx3xf64>, tensor<Vx3xf64>) -> tensor<3x3xf64>
+    %us = stablehlo.slice %u [0:U, 0:U] : (tensor<4x4xf64>) -> tensor<UxUxf64>
+    %vs = stablehlo.slice %v [0:V, 0:V] : (tensor<3x3xf64>) -> tensor<VxVxf64>
+    return %0#1, %us, %vs : tensor<3xf64>, tensor<UxUxf64>, tensor<VxVxf64>
+  }
+}"""
+
+
+@pytest.mark.parametrize("mode, u, v", [(83, 3, 3), (65, 4, 3), (78, 4, 3)], ids=["S", "A", "N"])
+def test_jax_cpu_svd_call_becomes_the_svd_composite(mode, u, v):
+    """JAX's CPU ``svd`` (``custom_call @lapack_dgesdd_ffi``; reduced, full, values only) becomes
+    irgrad's svd composite: the singular values and the sign-free projectors ``u uᵀ``, ``vᵀ v``
+    against numpy, and (reduced) their gradient against central differences."""
+    text = JAX_SVD.replace("MODE", str(mode)).replace("U", str(u)).replace("V", str(v))
+    a = RNG.standard_normal((4, 3))
+    s, uu, vv = (np.asarray(r) for r in ig.compile(text).load()["main"].call_flat(a))
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+    if mode == 78:
+        assert not uu.any() and not vv.any()
+        return
+    un, _, vn = np.linalg.svd(a, full_matrices=mode == 65)
+    np.testing.assert_allclose(uu, (un @ un.T)[:u, :u], atol=1e-12)
+    np.testing.assert_allclose(vv, (vn.T @ vn)[:v, :v], atol=1e-12)
+    if mode == 83:
+        check_module(text, [a], func="main")
