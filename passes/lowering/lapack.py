@@ -4,8 +4,10 @@
 ``stablehlo.custom_call @lapack_?potrf_ffi`` / ``@lapack_?trsm_ffi`` (``?`` = s, d, c, z for
 f32, f64, complex<f32>, complex<f64>), where its platform-independent lowering (the one
 ``jax.export`` uses for other platforms) emits ``stablehlo.cholesky`` / ``triangular_solve``.
-Neither irgrad's adjoints nor IREE know the calls; :func:`rewrite_lapack_calls` replaces each
-by the op it stands for, which both do (``linalg.py``). ``grad.differentiate`` applies it to
+Its ``eigh`` and ``svd`` become ``@lapack_?syevd_ffi`` / ``@lapack_?gesdd_ffi``, which no
+StableHLO op computes. Neither irgrad's adjoints nor IREE know the calls;
+:func:`rewrite_lapack_calls` replaces each by the op it stands for, or by irgrad's
+``irgrad.linalg.eigh`` / ``irgrad.linalg.svd`` composite, which both do (``linalg.py``). ``grad.differentiate`` applies it to
 its input and ``legalize.py`` to every compiled module.
 
 The calls' attributes (``mhlo.backend_config``, LAPACK's character codes as ``ui8``):
