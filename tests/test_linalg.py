@@ -318,8 +318,10 @@ def test_decompositions_under_vectorized_map():
         np.testing.assert_allclose(np.asarray(m), np.asarray(d), rtol=1e-12, atol=1e-12)
 
 
-def test_float32_compiles_for_vulkan():
-    """Every decomposition in float32 compiles for vulkan-spirv (the loops are plain StableHLO)."""
+@pytest.mark.vulkan
+def test_float32_runs_on_vulkan():
+    """Every decomposition and its gradient in float32 on Vulkan (the loops are plain StableHLO),
+    against the CPU."""
     def fn(a):
         s = ig.matmul(a, a, transpose_b=True) + 4.0 * ig.linalg.eye(4)
         loss = (ig.reduce_sum(ig.linalg.eigh(s)[0]) + ig.reduce_sum(ig.linalg.svd(a, compute_uv=False))
@@ -327,7 +329,11 @@ def test_float32_compiles_for_vulkan():
                 + ig.linalg.logdet(s))
         return loss, ig.gradients(loss, a)[0]
 
-    ig.function(fn).lower(ig.TensorSpec([4, 4], ig.float32)).compile(target="vulkan-spirv")
+    a = RNG.standard_normal((4, 4)).astype(np.float32)
+    cpu = ig.function(fn, target="llvm-cpu")(a)
+    gpu = ig.function(fn, target="vulkan")(a)
+    for c, g in zip(cpu, gpu):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(c), rtol=2e-4, atol=2e-4)
 
 
 @pytest.mark.parametrize("call, error, match", [
