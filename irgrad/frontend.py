@@ -21,18 +21,18 @@ from .higher_order import hessian_vector_product, hessians, jacobian
 from .tape import GradientTape
 from .forwardprop import ForwardAccumulator
 from .pfor import vectorized_map
-from . import math, nn, optimizers
-from . import image
+from .linalg import tensordot
+from . import image, initializers, keras, linalg, math, nn, optimizers, random
 
 
 # The public names (a type checker re-exports only these; tests/test_typing.py keeps the list whole).
 __all__ = [
     "AggregationMethod", "as_dtype", "bfloat16", "bool", "compile", "custom_gradient", "double", "DType", "export",
     "float16", "float32", "float64", "ForwardAccumulator", "Function", "function", "get_default_graph",
-    "grad_pass_through", "gradients", "GradientTape", "Graph", "half", "image", "hessian_vector_product", "hessians",
-    "int16", "int32", "int64", "int8", "jacobian", "Lowered", "math", "nn", "no_gradient", "NotDifferentiable",
-    "Operation", "optimizers", "passes", "placeholder", "recompute_grad", "RegisterGradient", "Session",
-    "TensorShape", "TensorSpec", "uint16", "uint32", "uint64", "uint8", "UnconnectedGradients", "Variable",
-    "vectorized_map"
+    "grad_pass_through", "gradients", "GradientTape", "Graph", "half", "hessian_vector_product", "hessians",
+    "image", "initializers", "int16", "int32", "int64", "int8", "jacobian", "keras", "linalg", "Lowered", "math",
+    "nn", "no_gradient", "NotDifferentiable", "Operation", "optimizers", "passes", "placeholder", "random",
+    "recompute_grad", "RegisterGradient", "Session", "tensordot", "TensorShape", "TensorSpec", "uint16", "uint32",
+    "uint64", "uint8", "UnconnectedGradients", "Variable", "vectorized_map"
 ]
 __all__ += ops.__all__

@@ -94,6 +94,10 @@ def _f(t):
 # One call per op the frontend exports (x, y: 2×2 float64 without ties or kinks; i: int32
 # indices; z: a 1×4×4×2 image; k: a 2×2×2×3 filter). test_the_table_covers_every_exported_op
 # derives the list of ops from the frontend's modules, so a new op needs a row here.
+def _spd(x):
+    return ig.matmul(x, x, transpose_b=True) + ig.linalg.eye(2, dtype=ig.float64)
+
+
 OP_TABLE = {
     "abs": lambda x, y, i, z, k: ig.abs(x - 0.1),
     "add": lambda x, y, i, z, k: ig.add(x, y),
@@ -124,6 +128,30 @@ OP_TABLE = {
     "identity": lambda x, y, i, z, k: ig.identity(x),
     "less": lambda x, y, i, z, k: _f(ig.less(x, y)) * y,
     "less_equal": lambda x, y, i, z, k: _f(ig.less_equal(x, y)) * y,
+    "linalg.adjoint": lambda x, y, i, z, k: ig.linalg.adjoint(x) * y,
+    "linalg.band_part": lambda x, y, i, z, k: ig.linalg.band_part(x, 0, -1),
+    "linalg.cholesky": lambda x, y, i, z, k: ig.linalg.cholesky(_spd(x)),
+    "linalg.cholesky_solve": lambda x, y, i, z, k: ig.linalg.cholesky_solve(ig.linalg.cholesky(_spd(x)), y),
+    "linalg.det": lambda x, y, i, z, k: ig.linalg.det(x),
+    "linalg.diag": lambda x, y, i, z, k: ig.linalg.diag(x, k=1),
+    "linalg.diag_part": lambda x, y, i, z, k: ig.linalg.diag_part(x),
+    "linalg.eigh": lambda x, y, i, z, k: ig.stack(ig.linalg.eigh(x + ig.transpose(x))[1]),
+    "linalg.eigvalsh": lambda x, y, i, z, k: ig.linalg.eigvalsh(x + ig.transpose(x)),
+    "linalg.eye": lambda x, y, i, z, k: ig.linalg.eye(2, dtype=ig.float64) * x,
+    "linalg.inv": lambda x, y, i, z, k: ig.linalg.inv(x),
+    "linalg.logdet": lambda x, y, i, z, k: ig.linalg.logdet(_spd(x)),
+    "linalg.lu": lambda x, y, i, z, k: ig.linalg.lu(x)[0],
+    "linalg.matmul": lambda x, y, i, z, k: ig.linalg.matmul(x, y),
+    "linalg.matrix_transpose": lambda x, y, i, z, k: ig.linalg.matrix_transpose(x) * y,
+    "linalg.matvec": lambda x, y, i, z, k: ig.linalg.matvec(x, y[0]),
+    "linalg.qr": lambda x, y, i, z, k: ig.linalg.qr(x)[0] + ig.linalg.qr(x)[1],
+    "linalg.set_diag": lambda x, y, i, z, k: ig.linalg.set_diag(x, y[0]),
+    "linalg.slogdet": lambda x, y, i, z, k: ig.linalg.slogdet(x)[1],
+    "linalg.solve": lambda x, y, i, z, k: ig.linalg.solve(x, y),
+    "linalg.svd": lambda x, y, i, z, k: ig.concat(ig.linalg.svd(x)[1:], 0) * ig.linalg.svd(x)[0],
+    "linalg.tensordot": lambda x, y, i, z, k: ig.linalg.tensordot(x, y, 1),
+    "linalg.trace": lambda x, y, i, z, k: ig.linalg.trace(x * y),
+    "linalg.triangular_solve": lambda x, y, i, z, k: ig.linalg.triangular_solve(x + 1.0, y, lower=False),
     "log": lambda x, y, i, z, k: ig.log(x),
     "log1p": lambda x, y, i, z, k: ig.log1p(x),
     "log_softmax": lambda x, y, i, z, k: ig.nn.log_softmax(x),
@@ -304,6 +332,7 @@ def _exported_ops() -> set[str]:
             if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__]
         names |= set(public)
     names |= set(ig.image.__all__) - {"ResizeMethod"}
+    names |= {f"linalg.{n}" for n in ig.linalg.__all__ if inspect.isfunction(getattr(ig.linalg, n))}
     return names - _NOT_OPS
 
 
