@@ -67,6 +67,7 @@ MAX_UNROLLED_OPS = 2048  # trip count × ops in the loop body
 MAX_UNROLLED_LOOPS = 16  # trip count × loops in the loop body
 MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
 MAX_POOL_TAPS = 64
+MAX_PATCH_BYTES = 8 << 20  # a convolution's patches past this: one product per window offset
 MIN_WIDENED_MACS = 1 << 22  # multiply-adds of a product worth widening (200×200×200 is 8M)
 
 
@@ -80,6 +81,13 @@ def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups:
     """A forward convolution as patches and ``dot_general``. Depthwise convolutions stay
     convolutions: IREE recognises them and runs them 2× faster than any rewrite measured."""
     return not depthwise and conv_adjoint_by_matmul(taps, lhs_dilation, batch_groups, same_element)
+
+
+def conv_by_taps(taps: int, rows: int, features: int) -> bool:
+    """A convolution (forward and adjoints, one feature group) as one ``dot_general`` per window
+    offset over a strided slice of the input, the products summed, instead of one over its
+    patches, when the patches (``rows × taps × features`` floats) pass ``MAX_PATCH_BYTES``."""
+    return taps > 1 and rows * taps * features * 4 > MAX_PATCH_BYTES
 
 
 def sum_by_vecmat(x_shape: Sequence[int], dims: Sequence[int], is_float: bool) -> bool:
