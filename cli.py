@@ -9,6 +9,7 @@
                [--device D] [--output @out.npy]
     irgrad emit MODEL.py:FUNCTION [--grad] [--vjp] [--jvp] [--hessian] [--with-value] [--wrt ..]
     irgrad inspect ART.vmfb [--json]
+    irgrad header ART.vmfb -o OUT.h [--embed] [--prefix NAME]
     irgrad profile SRC [--function F] [--grad] [--wrt ..] [--top N] [--device D]
     irgrad targets
     irgrad cache info | clear
@@ -339,3 +340,29 @@ def inspect(
 def targets() -> None:
     """List compile targets and the runtime devices usable on this machine."""
     typer.echo(describe_targets())
+
+
+# ----- header (issue 41: a typed C interface per artifact) -------------------------------
+
+@app.command()
+def header(
+    artifact: Artifact,
+    output: Annotated[Path, typer.Option("-o", "--output", metavar="OUT.h", help="The C header to write.")],
+    embed: Annotated[bool, flag("--embed", help="Put the artifact's bytes in the header (PREFIX_open_embedded): "
+                                "the application is one binary.")] = False,
+    prefix: Annotated[str | None, typer.Option("--prefix", metavar="NAME", help="What the header's identifiers "
+                                               "start with (default: the artifact's file name).")] = None,
+) -> None:
+    """Write a typed C header for an artifact: one C function per exported function (docs/guides/embedding-c.md)."""
+    from irgrad.runtime.c_header import c_header
+
+    data, metadata = artifact_metadata(artifact)
+    try:
+        text = c_header(metadata, prefix or artifact.stem, source=artifact.name, vmfb=data if embed else None)
+    except ValueError as error:
+        raise CLIError(f"{artifact}: {error}") from None
+    from irgrad.runtime.artifact import atomic_write
+
+    atomic_write(output, text.encode())
+    typer.echo(f"{output}: {len(metadata['functions'])} functions" + (f", {len(data):,} bytes embedded" if embed
+                                                                       else ""))

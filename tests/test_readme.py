@@ -24,9 +24,11 @@ share files, never variables. ``bash``, ``sh``, ``shell``, ``console`` and bare 
 lines: every line (``\\`` continues it; comments and blank lines are skipped) is run by
 ``bash`` with the venv's ``bin`` first on ``PATH``, and must exit 0. ``mlir`` blocks are parsed
 and verified: a module (``module``/``func.func``) as it is, a fragment of ops one statement at
-a time inside a function taking its operands, with the symbols it references declared. Any other
-language must be marked. Compiles go through the user's cache (``$IRGRAD_CACHE_DIR``, default
-``~/.cache/irgrad``); CI starts with an empty one.
+a time inside a function taking its operands, with the symbols it references declared. A ``c``
+block is a source file: its first line is a comment naming it (``/* app.c */``), and it is written
+to the working directory under that name for a later command block to compile (``c`` links to
+the repository's, for ``c/build.sh``). Any other language must be marked. Compiles go through
+the user's cache (``$IRGRAD_CACHE_DIR``, default ``~/.cache/irgrad``); CI starts with an empty one.
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ BIN = Path(sys.executable).parent          # the venv's bin: python, irgrad
 TIMEOUT_S = 600                            # one command, cold cache included
 
 COMMAND_LANGUAGES = {"", "bash", "sh", "shell", "console"}
-RUNNABLE = COMMAND_LANGUAGES | {"python", "mlir"}
+RUNNABLE = COMMAND_LANGUAGES | {"python", "mlir", "c"}
+_C_FILE = re.compile(r"^\s*(?:/\*|//)\s*([\w.-]+\.[ch])\b")  # a c block's first line: /* app.c */
 INSTALL = re.compile(r"^\s*(sudo\s+)?(python3?\s+-m\s+venv\b|\S*pip3?\s+(install|download)\b|"
                      r"(apt|apt-get)\s+install\b)")
 
@@ -166,6 +169,8 @@ def test_every_block_is_run_or_marked_with_a_reason():
         if b.language in COMMAND_LANGUAGES and "installs" not in b.markers:
             problems += [f"{b.where}: installs ({line!r}): mark it illustrative or installs:"
                          for line in _command_lines(b.text) if _installs(line)]
+        if b.language == "c" and not _C_FILE.match(b.text):
+            problems.append(f"{b.where}: a c block's first line names its file: /* app.c */")
         if "inputs" in b.markers:
             names, _, reason = b.markers["inputs"].partition(";")
             problems += [f"{b.where}: inputs: {n.strip()!r} is not one of {sorted(INPUTS)}"
@@ -278,6 +283,7 @@ def test_section_runs(section, tmp_path_factory):
     scripts = tmp_path_factory.mktemp("blocks")
     (workdir / "examples").symlink_to(ROOT / "examples")
     (workdir / ".venv").symlink_to(BIN.parent)
+    (workdir / "c").symlink_to(ROOT / "c")
     ran, expected = [], [b.where for b in RUN_SECTIONS[section] if _runs(b)]
     for block in RUN_SECTIONS[section]:
         if not _runs(block):
@@ -291,6 +297,8 @@ def test_section_runs(section, tmp_path_factory):
             _run_python(block, workdir, scripts)
         elif block.language == "mlir":
             _check_mlir(block)
+        elif block.language == "c":
+            (workdir / _C_FILE.match(block.text).group(1)).write_text(block.text + "\n")  # type: ignore[union-attr]
         else:
             pytest.fail(f"{block.where}: ```{block.language} is not run: mark it illustrative")
         ran.append(block.where)

@@ -265,5 +265,10 @@ def test_layouts_iree_rejects_compile_and_differentiate(name, region):
 
 
 def test_layouts_iree_compiles_are_left_alone():
+    """Not flattened to single elements; with indices known only at run time, guarded against
+    out-of-bounds ones (lowering/bounds.py, tests/test_out_of_bounds.py), the layout kept."""
     text = scatter_module((6, 3), DUPLICATES, (5, 3), ROWS, "add")
-    assert legalize_text(text) == text
+    legal = legalize_text(text)
+    assert "update_window_dims = [1], inserted_window_dims = [0]" in legal and "tensor<19xf64>" not in legal
+    constant = scatter_module((6, 3), DUPLICATES, (5, 3), ROWS, "add", indices_constant=DUPLICATES)
+    assert legalize_text(constant) == constant

@@ -10,8 +10,12 @@ from .math_ops import (abs, add, cast, ceil, clip_by_value, cos, divide, equal, 
                        logical_and, logical_not, logical_or, maximum, minimum, mod, multiply, negative,
                        not_equal, pow, round, rsqrt, sigmoid, sign, sin, sqrt, square, subtract, tan,
                        tanh, where)
+# TensorFlow's top-level names among the issue-42 ops; the others are in ig.math and ig.nn only
+# (irgrad/math.py, irgrad/nn.py), as in TensorFlow.
+from .math_ops import acos, acosh, add_n, asin, asinh, atan, atan2, atanh, cosh, sinh
 from .reduce_ops import (einsum, matmul, reduce_all, reduce_any, reduce_max, reduce_mean, reduce_min,
                          reduce_prod, reduce_sum)
+from .reduce_ops import argmax, argmin, cumsum, norm, reduce_logsumexp
 
 
 def _reflect(f):
@@ -57,3 +61,5 @@ __all__ = [
     "sign", "sin", "size", "slice", "sqrt", "square", "squeeze", "stack", "stop_gradient", "subtract", "tan",
     "tanh", "Tensor", "transpose", "unstack", "where", "while_loop", "zeros", "zeros_like"
 ]
+__all__ += ["acos", "acosh", "add_n", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "cosh",
+            "cumsum", "norm", "reduce_logsumexp", "sinh"]

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from .. import dtypes
+from ..custom_gradient import attach_gradient
 from ..framework import Tensor
 from ..passes.ir import hlo
-from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, element, emit,
-                   require)
+from .array_ops import broadcast_to, stop_gradient
+from .core import (broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, element,
+                   emit, require)
 
 
 def _unary(op: str, x, name: str, *, floating: bool = True) -> Tensor:
@@ -422,3 +424,297 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None) -> Tensor:
         return hlo.clamp(bound(lo), t.value, bound(hi))
 
     return emit(name, build)
+
+
+# ----- inverse trigonometric, hyperbolic and special functions -----
+
+def reciprocal(x, name=None) -> Tensor:
+    """Elementwise ``1 / x`` (``tf.math.reciprocal``). Floating-point only (``TypeError``
+    otherwise: TensorFlow's CPU has no integer kernel).
+
+    Gradient: ``-ct * y**2`` (TensorFlow's ``ReciprocalGrad``; ``-inf`` at 0).
+    """
+    x = convert_to_tensor(x)
+    require(x, "reciprocal", floating=True)
+    return binary_op("stablehlo.divide", convert_to_tensor(1, x.dtype), x, name or "Reciprocal")
+
+
+def atan2(y, x, name=None) -> Tensor:
+    """Elementwise angle of the point ``(x, y)``, in ``[-pi, pi]`` (``tf.math.atan2``): note the
+    order, ``y`` first. Broadcasts like numpy.
+
+    At the origin the result is ``±0`` or ``±pi`` by the signs of the zeros, and ``atan2(-0, x < 0)``
+    is ``-pi``, as TensorFlow: IREE 3.13's float32 ``atan2`` gives NaN at the origin and ``+pi``
+    for ``y = -0``, so the origin is computed as ``atan2(y, ±1)`` and a ``+pi`` for ``y = -0`` is
+    negated (a constant correction: the gradient is untouched).
+
+    Gradient: ``ct * x / (x**2 + y**2)`` for ``y``, ``-ct * y / (x**2 + y**2)`` for ``x`` (NaN at
+    the origin, as TensorFlow).
+    """
+    name = name or "Atan2"
+    y, x = convert_pair(y, x, name)
+    require(y, "atan2", floating=True)
+    zero_y = equal(y, 0)
+    origin = logical_and(zero_y, equal(x, 0))
+    one = convert_to_tensor(1, x.dtype)
+    # 1 / v is -inf for v = -0: the sign of a zero, which no comparison sees.
+    negative_zero = lambda v: less(binary_op("stablehlo.divide", one, v, name), 0)  # noqa: E731
+    unit = where(negative_zero(x), negative(one), one)
+    at_origin = binary_op("stablehlo.atan2", y, where(origin, unit, x), name)
+    angle = where(origin, at_origin, binary_op("stablehlo.atan2", y, x, name))
+    wrong_sign = logical_and(logical_and(zero_y, negative_zero(y)), greater(angle, 0))
+    return add(angle, where(wrong_sign, multiply(stop_gradient(angle), -2.0), 0.0), name=name)
+
+
+def asin(x, name=None) -> Tensor:
+    """Elementwise inverse sine (``tf.math.asin``): NaN outside ``[-1, 1]``.
+
+    Gradient: ``ct / sqrt(1 - x**2)``.
+    """
+    return _unary("chlo.asin", x, name or "Asin")
+
+
+def acos(x, name=None) -> Tensor:
+    """Elementwise inverse cosine (``tf.math.acos``): NaN outside ``[-1, 1]``.
+
+    Gradient: ``-ct / sqrt(1 - x**2)``.
+    """
+    return _unary("chlo.acos", x, name or "Acos")
+
+
+def atan(x, name=None) -> Tensor:
+    """Elementwise inverse tangent (``tf.math.atan``).
+
+    Gradient: ``ct / (1 + x**2)``.
+    """
+    return _unary("chlo.atan", x, name or "Atan")
+
+
+def sinh(x, name=None) -> Tensor:
+    """Elementwise hyperbolic sine (``tf.math.sinh``).
+
+    Gradient: ``ct * cosh(x)``.
+    """
+    return _unary("chlo.sinh", x, name or "Sinh")
+
+
+def cosh(x, name=None) -> Tensor:
+    """Elementwise hyperbolic cosine (``tf.math.cosh``).
+
+    Gradient: ``ct * sinh(x)``.
+    """
+    return _unary("chlo.cosh", x, name or "Cosh")
+
+
+def asinh(x, name=None) -> Tensor:
+    """Elementwise inverse hyperbolic sine (``tf.math.asinh``).
+
+    Gradient: ``ct / sqrt(x**2 + 1)`` (TensorFlow's ``ct / cosh(y)``, the same function).
+    """
+    return _unary("chlo.asinh", x, name or "Asinh")
+
+
+def acosh(x, name=None) -> Tensor:
+    """Elementwise inverse hyperbolic cosine (``tf.math.acosh``): NaN below 1.
+
+    Gradient: ``ct / sqrt(x**2 - 1)`` (TensorFlow's ``ct / sinh(y)``; inf at 1).
+    """
+    return _unary("chlo.acosh", x, name or "Acosh")
+
+
+def atanh(x, name=None) -> Tensor:
+    """Elementwise inverse hyperbolic tangent (``tf.math.atanh``): ``±inf`` at ``±1``, NaN beyond.
+
+    Gradient: ``ct / (1 - x**2)``.
+    """
+    return _unary("chlo.atanh", x, name or "Atanh")
+
+
+def erfc(x, name=None) -> Tensor:
+    """Elementwise complementary error function ``1 - erf(x)`` (``tf.math.erfc``), accurate for
+    large ``x``.
+
+    Gradient: ``-ct * 2 / sqrt(pi) * exp(-x**2)``.
+    """
+    return _unary("chlo.erfc", x, name or "Erfc")
+
+
+def erfinv(x, name=None) -> Tensor:
+    """Elementwise inverse of ``erf`` (``tf.math.erfinv``): ``±inf`` at ``±1``, NaN beyond.
+
+    Gradient: ``ct * sqrt(pi) / 2 * exp(y**2)`` with ``y`` the result.
+    """
+    return _unary("chlo.erf_inv", x, name or "Erfinv")
+
+
+def lgamma(x, name=None) -> Tensor:
+    """Elementwise ``log |Gamma(x)|`` (``tf.math.lgamma``): inf at 0 and the negative integers.
+
+    Gradient: ``ct * digamma(x)``.
+    """
+    return _unary("chlo.lgamma", x, name or "Lgamma")
+
+
+def digamma(x, name=None) -> Tensor:
+    """Elementwise derivative of ``lgamma`` (``tf.math.digamma``).
+
+    Gradient: ``ct * polygamma(1, x)`` (lowered as ``zeta(2, x)``).
+    """
+    return _unary("chlo.digamma", x, name or "Digamma")
+
+
+def is_finite(x, name=None) -> Tensor:
+    """Elementwise: ``x`` is neither inf nor NaN, as a bool tensor (``tf.math.is_finite``):
+    ``|x| < inf``. Floating-point ``x`` only (``TypeError`` otherwise). Not differentiable."""
+    x = convert_to_tensor(x)
+    require(x, "is_finite", floating=True)
+    return less(abs(x), float("inf"), name=name or "IsFinite")
+
+
+def is_nan(x, name=None) -> Tensor:
+    """Elementwise: ``x`` is NaN, as a bool tensor (``tf.math.is_nan``): ``x != x``.
+    Floating-point ``x`` only (``TypeError`` otherwise). Not differentiable."""
+    x = convert_to_tensor(x)
+    require(x, "is_nan", floating=True)
+    return emit(name or "IsNan", lambda: hlo.compare(x.value, x.value, "NE"))
+
+
+def is_inf(x, name=None) -> Tensor:
+    """Elementwise: ``x`` is ``+inf`` or ``-inf``, as a bool tensor (``tf.math.is_inf``).
+    Floating-point ``x`` only (``TypeError`` otherwise). Not differentiable."""
+    x = convert_to_tensor(x)
+    require(x, "is_inf", floating=True)
+    return equal(abs(x), float("inf"), name=name or "IsInf")
+
+
+# ----- TensorFlow's safe divisions and products (their gradients at 0 are TensorFlow's) -----
+
+def _float_pair(x, y, name: str) -> tuple[Tensor, Tensor]:
+    """``x`` and ``y`` of one dtype; integers cast to float as ``divide`` does (TensorFlow's
+    truediv table)."""
+    x, y = convert_pair(x, y, name)
+    require(x, name, numeric=True)
+    if x.dtype.is_integer:
+        target = dtypes.float32 if x.dtype.name in ("int8", "int16", "uint8", "uint16") else dtypes.float64
+        x, y = cast(x, target), cast(y, target)
+    return x, y
+
+
+def _zero_where(cond: Tensor, value: Tensor, name: str) -> Tensor:
+    return where(cond, convert_to_tensor(0, value.dtype), value, name=name)
+
+
+def xlogy(x, y, name=None) -> Tensor:
+    """``0`` where ``x == 0`` (even where ``y`` is 0 or NaN), ``x * log(y)`` elsewhere
+    (``tf.math.xlogy``). Floating-point operands; broadcasts like numpy.
+
+    Gradient (TensorFlow's ``_XLogyGrad``): ``ct * log(y)`` for ``x`` and ``ct * x / y`` for
+    ``y`` where ``x != 0``; both 0 where ``x == 0``, also at ``y == 0`` (``y`` is replaced by 1
+    there before the log, so no ``0 * inf`` appears).
+    """
+    name = name or "Xlogy"
+    x, y = convert_pair(x, y, name)
+    require(x, name, floating=True)
+    zero = equal(x, 0)
+    safe_y = where(zero, convert_to_tensor(1, y.dtype), y)
+    return _zero_where(zero, multiply(x, log(safe_y)), name)
+
+
+def xdivy(x, y, name=None) -> Tensor:
+    """``0`` where ``x == 0`` (even where ``y`` is 0), ``x / y`` elsewhere (``tf.math.xdivy``).
+    Floating-point operands; broadcasts like numpy.
+
+    Gradient (TensorFlow's ``_XDivyGrad``): ``ct / y`` for ``x`` and ``-ct * x / y**2`` for ``y``
+    where ``x != 0``; both 0 where ``x == 0``.
+    """
+    name = name or "Xdivy"
+    x, y = convert_pair(x, y, name)
+    require(x, name, floating=True)
+    zero = equal(x, 0)
+    safe_y = where(zero, convert_to_tensor(1, y.dtype), y)
+    return _zero_where(zero, binary_op("stablehlo.divide", x, safe_y, name), name)
+
+
+def divide_no_nan(x, y, name=None) -> Tensor:
+    """``0`` where ``y == 0`` (even where ``x`` is inf or NaN), ``x / y`` elsewhere
+    (``tf.math.divide_no_nan``). Integer operands are cast to float first, as ``divide``
+    (int32/int64 to float64, narrower ones to float32). Broadcasts like numpy.
+
+    Gradient (TensorFlow's ``_DivNoNanGrad``): ``divide_no_nan(ct, y)`` for ``x`` and
+    ``ct * divide_no_nan(-x / y, y)`` for ``y``: both 0 where ``y == 0``.
+    """
+    name = name or "div_no_nan"
+    x, y = _float_pair(x, y, name)
+    zero = equal(y, 0)
+    safe_y = where(zero, convert_to_tensor(1, y.dtype), y)
+    return _zero_where(zero, binary_op("stablehlo.divide", x, safe_y, name), name)
+
+
+def _mul_no_nan_value(x: Tensor, y: Tensor, name: str) -> Tensor:
+    return _zero_where(equal(y, 0), multiply(x, y), name)
+
+
+def multiply_no_nan(x, y, name=None) -> Tensor:
+    """``0`` where ``y == 0`` (even where ``x`` is inf or NaN), ``x * y`` elsewhere
+    (``tf.math.multiply_no_nan``). Floating-point operands of one dtype; broadcasts like numpy.
+
+    Gradient (TensorFlow's ``_MulNoNanGrad``): ``multiply_no_nan(ct, y)`` for ``x`` (0 where
+    ``y == 0``) and ``multiply_no_nan(x, ct)`` for ``y`` (``x * ct`` also where ``y == 0``, 0
+    where ``ct == 0``), each summed over its broadcast dimensions. A custom-gradient
+    composite, so exported modules keep that gradient.
+    """
+    name = name or "MulNoNan"
+    x, y = convert_pair(x, y, name)
+    require(x, name, floating=True)
+    shape = broadcast_shape(x.shape, y.shape, name)
+    if tuple(x.shape) != shape:
+        x = broadcast_to(x, shape)
+    if tuple(y.shape) != shape:
+        y = broadcast_to(y, shape)
+
+    def grad(dz):
+        return _mul_no_nan_value(dz, y, name), _mul_no_nan_value(x, dz, name)
+
+    return attach_gradient(current_graph(), _mul_no_nan_value(x, y, name), [x, y], [], grad, name)
+
+
+def add_n(inputs, name=None) -> Tensor:
+    """The elementwise sum of a list of tensors of one shape and dtype (``tf.math.add_n``).
+
+    Raises:
+        ValueError: an empty list, or shapes that differ (``add_n`` does not broadcast).
+        TypeError: mixed dtypes, or ``inputs`` not a list or tuple.
+
+    Gradient: ``ct`` to every input.
+    """
+    name = name or "AddN"
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"add_n: inputs must be a list or tuple of tensors, got {type(inputs).__name__}")
+    if not inputs:
+        raise ValueError("add_n: inputs must be a non-empty list of tensors")
+    tensors = [convert_to_tensor(t) for t in inputs]
+    for t in tensors[1:]:
+        if t.dtype != tensors[0].dtype:
+            raise TypeError(f"add_n: mixed dtypes {tensors[0].dtype.name} and {t.dtype.name}")
+        if tuple(t.shape) != tuple(tensors[0].shape):
+            raise ValueError(f"add_n: all inputs must have the same shape, got {tuple(tensors[0].shape)} "
+                             f"and {tuple(t.shape)}")
+    if len(tensors) == 1:
+        return identity(tensors[0], name=name)
+    total = tensors[0]
+    for t in tensors[1:]:
+        total = add(total, t, name=name)
+    return total
+
+
+def squared_difference(x, y, name=None) -> Tensor:
+    """Elementwise ``(x - y)**2`` (``tf.math.squared_difference``); integers too. Broadcasts like
+    numpy.
+
+    Gradient: ``2 ct (x - y)`` for ``x`` and its negative for ``y`` (TensorFlow's
+    ``_SquaredDifferenceGrad``).
+    """
+    name = name or "SquaredDifference"
+    x, y = convert_pair(x, y, name)
+    require(x, name, numeric=True)
+    return square(subtract(x, y), name=name)

@@ -28,6 +28,9 @@
   is not indexed, or wider than 1 along an indexed one: "'iree_linalg_ext.scatter' op shape of
   update value dim#2 must match original value at dim#1"): the same scatter of single
   elements into the operand flattened (``indexing.scatter_by_elements``).
+* ``stablehlo.gather`` / ``stablehlo.scatter`` with indices that may be out of bounds: IREE
+  3.13 reads and writes at them unchecked (a scatter's write lands past the end of its
+  buffer, in malloc's next chunk); they get StableHLO's clamp and drop (``bounds.py``).
 * ``stablehlo.einsum`` / ``unary_einsum`` (IREE 3.13 refuses the latter): diagonals, sums,
   a ``dot_general`` and a transpose (``einsum.py``).
 * JAX's CPU LAPACK calls (``custom_call @lapack_?potrf_ffi`` / ``@lapack_?trsm_ffi``): the
@@ -57,6 +60,7 @@ import math
 from ...boundary import respell_foreign
 from . import choices
 from ..ir import hlo
+from .bounds import guard_indices
 from ..rules.convolution import lower_convolution
 from .dynamic_shapes import annotate_nonexpanding, collapse, rewrite_dynamic
 from ..rules.control_flow import unroll_short_loops
@@ -220,6 +224,8 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
             done += annotate_nonexpanding(module)
             done += rewrite_dynamic(module)
     done += rewrite_lapack_calls(module)  # then lowered with the other cholesky / triangular_solve ops
+    with module.context:
+        done += guard_indices(module)  # before the rewrites below, whose scatters are in bounds by construction
     found: list[ir.Operation] = []
     _candidates(module.operation, found)
     for op in found:
@@ -265,7 +271,8 @@ def legalize_text(text: str) -> str:
     text = respell_foreign(text)
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
                                          "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
-                                         "stablehlo.convert", "stablehlo.scatter", "dynamic_broadcast_in_dim", "?",
+                                         "stablehlo.convert", "stablehlo.scatter", "stablehlo.gather",
+                                         "dynamic_broadcast_in_dim", "?",
                                          "@lapack_",
                                          *LOWERED, *EINSUMS)):
         return text

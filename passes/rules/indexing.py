@@ -37,8 +37,12 @@ def _size(v: ir.Value) -> int:
 
 
 def _per_index(indices: ir.Value, ivd: int, values: list[int]) -> ir.Value:
-    """values[k] for entry k of every index vector, shaped like ``indices``."""
-    vector = hlo.constant(np.array(values, dtype=dtype_name(elem(indices))), dtype_name(elem(indices)))
+    """values[k] for entry k of every index vector, shaped like ``indices`` (a bound past the
+    range of their type taken as its end: every index is within it)."""
+    dtype = np.dtype(dtype_name(elem(indices)))
+    info = np.iinfo(dtype)
+    vector = hlo.constant(np.clip(np.array(values, np.int64), max(info.min, -2 ** 63), min(info.max, 2 ** 63 - 1))
+                          .astype(dtype), dtype.name)
     if ivd == len(shape(indices)):  # an implicit trailing index vector of size 1
         return broadcast_in_dim(hlo.reshape(vector, []), shape(indices), [])
     return broadcast_in_dim(vector, shape(indices), [ivd])
