@@ -7,7 +7,8 @@
 Models (``bench_memory_jax.py``, float32, written in JAX): ``mlp`` (bench_models.py's MLP,
 batch 8192), ``deep_mlp`` (16 dense 1024×1024 tanh layers, batch 2048), ``resnet`` (bench_models'
 ResNet basic block on batch×16×16×32, batch 64 and 256), ``scan_mlp`` (a 256-step ``lax.scan`` of
-a width-128 tanh layer, batch 128: at 512 irgrad's gradient takes 150 s a call here, IREE copying the 64 MiB loop-carried inputs every step). JAX runs under ``--jax-python`` (JAX and numpy; irgrad not
+a width-128 tanh layer, batch 128: at 512 irgrad's gradient takes 150 s a call here, IREE copying
+the 64 MiB loop-carried inputs every step). JAX runs under ``--jax-python`` (JAX and numpy; irgrad not
 needed there) and exports each model's forward StableHLO and arguments; irgrad differentiates it
 (``passes.differentiate(..., with_value=True)``: ``main`` and ``main_grad``) and compiles it once.
 
