@@ -144,6 +144,13 @@ def test_convolution_by_taps(name, monkeypatch):
     check_module(text, args, what=f"conv by taps {name}")
 
 
+def test_convolution_by_taps_second_order(monkeypatch):
+    """The tap form's gradient (its products, slices and optimization barriers) differentiates again."""
+    monkeypatch.setattr(choices, "MAX_PATCH_BYTES", 0)
+    text, args = CONV_CASES["valid"]
+    check_module(passes.differentiate(text, "f"), args, func="f_grad", what="gradient of a conv by taps")
+
+
 def test_small_depthwise_weight_gradients_are_one_batch_grouped_convolution():
     text, _ = CONV_CASES["depthwise_batch_grouped"]
     adjoint = passes.differentiate(text, "f").split("@f_grad")[1]
