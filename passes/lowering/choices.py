@@ -20,8 +20,9 @@ the choice is bounded by ``MAX_CONV_TAPS``; convolutions with an input dilation
 ``MAX_PATCH_BYTES`` of patches (one feature group), no patches: one ``dot_general`` per
 window offset over a strided slice of the input, summed in a chain, each slice behind an
 optimization barrier (``conv_by_taps``): the ResNet block's gradient at batch 64 (patches
-of 18 MB) went from 112 to 55 MiB at its peak and from 416–530 to 139–331 ms a call
-(``benchmarks/README.md``, "Convolutions without patches").
+of 18 MB) went from 112 to 55 MiB at its peak and from 140–238 to 63–70 ms a call
+(``benchmarks/README.md``, "Convolutions without patches"); below the limit the patches stay:
+the batch-8 block forced into the tap form took twice the time (nine small products).
 
 Pooling (``reduce_window``): for max/min the winner of each window is found by an
 elementwise chain over its taps (first in row-major order, as TensorFlow's
