@@ -128,6 +128,29 @@ def test_convolution(name):
     check_module(text, args, what=f"conv {name}")
 
 
+# choices.conv_by_taps (patches past MAX_PATCH_BYTES): one product per window offset, for the
+# forward, the weight gradient and, at stride 1, the input gradient (col2im at other strides).
+TAP_CASES = ["valid", "stride2_same", "rhs_dilation", "negative_padding", "nchw_oihw", "permuted_layouts_reversed",
+             "kernel_5_stride_3_padding_cut", "conv1d_strided_dilated"]
+
+
+@pytest.mark.parametrize("name", TAP_CASES)
+def test_convolution_by_taps(name, monkeypatch):
+    monkeypatch.setattr(choices, "MAX_PATCH_BYTES", 0)
+    text, args = CONV_CASES[name]
+    adjoint = passes.differentiate(text, "f").split("@f_grad")[1]
+    # the forward's convolution only (lowered when compiled); a product per offset, not the two of patches
+    assert adjoint.count("stablehlo.convolution") == 1 and adjoint.count("stablehlo.dot_general") > 2, adjoint
+    check_module(text, args, what=f"conv by taps {name}")
+
+
+def test_convolution_by_taps_second_order(monkeypatch):
+    """The tap form's gradient (its products, slices and optimization barriers) differentiates again."""
+    monkeypatch.setattr(choices, "MAX_PATCH_BYTES", 0)
+    text, args = CONV_CASES["valid"]
+    check_module(passes.differentiate(text, "f"), args, func="f_grad", what="gradient of a conv by taps")
+
+
 def test_small_depthwise_weight_gradients_are_one_batch_grouped_convolution():
     text, _ = CONV_CASES["depthwise_batch_grouped"]
     adjoint = passes.differentiate(text, "f").split("@f_grad")[1]

@@ -5,7 +5,9 @@ prints them; its numbers are read by people, never checked by tests.
 """
 from __future__ import annotations
 
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -31,3 +33,29 @@ def test_peer_modules_are_committed_data():
     for name in ("jax_mlp_forward", "jax_mlp_value_and_grad", "jax_mlp_value_and_grad_params"):
         text = (ROOT / "benchmarks" / "peer" / f"{name}.mlir").read_text()
         assert "func.func public @main" in text
+
+
+def _jax_python() -> str | None:
+    """A Python with JAX: ``IRGRAD_JAX_PYTHON``, this one, or the dev environment's /work/tfvenv."""
+    for python in (os.environ.get("IRGRAD_JAX_PYTHON"), sys.executable, "/work/tfvenv/bin/python"):
+        if python and pathlib.Path(python).exists() and subprocess.run(
+                [python, "-c", "import jax"], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("prlimit") is None,
+                    reason="peaks are read from /proc/self; every process runs under prlimit")
+def test_bench_memory_measures_forward_and_gradient_of_irgrad_and_xla():
+    python = _jax_python()
+    if python is None:
+        pytest.skip("bench_memory.py runs JAX's side under a Python with JAX (set IRGRAD_JAX_PYTHON)")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory.py"), "--jax-python", python,
+                           "--models", "mlp:64", "--calls", "2"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, f"bench_memory.py failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| mlp |")]
+    assert [row[2].strip() for row in rows] == ["forward", "gradient"], proc.stdout
+    for row in rows:  # irgrad first, second, XLA first, second: sizes in MiB, all measured
+        assert all(float(cell) >= 0 for cell in row[3:7]), row

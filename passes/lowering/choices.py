@@ -16,7 +16,13 @@ elementwise dispatch). No multiply touches an
 inserted zero, and feature groups (depthwise included) are a batch dimension of the
 ``dot_general``. The patches cost ``taps / stride²`` times the input's memory, so
 the choice is bounded by ``MAX_CONV_TAPS``; convolutions with an input dilation
-(transposed convolutions) or batch groups keep the convolution form.
+(transposed convolutions) or batch groups keep the convolution form. Past
+``MAX_PATCH_BYTES`` of patches (one feature group), no patches: one ``dot_general`` per
+window offset over a strided slice of the input, summed in a chain, each slice behind an
+optimization barrier (``conv_by_taps``): the ResNet block's gradient at batch 64 (patches
+of 18 MB) went from 112 to 55 MiB at its peak and from 140–238 to 63–70 ms a call
+(``benchmarks/README.md``, "Convolutions without patches"); below the limit the patches stay:
+the batch-8 block forced into the tap form took twice the time (nine small products).
 
 Pooling (``reduce_window``): for max/min the winner of each window is found by an
 elementwise chain over its taps (first in row-major order, as TensorFlow's
@@ -73,6 +79,7 @@ MAX_UNROLLED_LOOPS = 16  # trip count × loops in the loop body
 MAX_FORCED_SCALAR_STEPS = 10  # a scalar recurrence unrolled by loop_form("unrolled") (0.6 s to compile)
 MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
 MAX_POOL_TAPS = 64
+MAX_PATCH_BYTES = 8 << 20  # a convolution's patches past this: one product per window offset
 MIN_WIDENED_MACS = 1 << 22  # multiply-adds of a product worth widening (200×200×200 is 8M)
 
 
@@ -86,6 +93,13 @@ def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups:
     """A forward convolution as patches and ``dot_general``. Depthwise convolutions stay
     convolutions: IREE recognises them and runs them 2× faster than any rewrite measured."""
     return not depthwise and conv_adjoint_by_matmul(taps, lhs_dilation, batch_groups, same_element)
+
+
+def conv_by_taps(taps: int, rows: int, features: int) -> bool:
+    """A convolution (forward and adjoints, one feature group) as one ``dot_general`` per window
+    offset over a strided slice of the input, the products summed, instead of one over its
+    patches, when the patches (``rows × taps × features`` floats) pass ``MAX_PATCH_BYTES``."""
+    return taps > 1 and rows * taps * features * 4 > MAX_PATCH_BYTES
 
 
 def sum_by_vecmat(x_shape: Sequence[int], dims: Sequence[int], is_float: bool) -> bool:

@@ -69,15 +69,21 @@ def _with_taps(v: ir.Value, axis: int) -> ir.Value:
 def tap_slices(x: ir.Value, pad_value: ir.Value, w: Windows) -> list[ir.Value]:
     """One strided slice of the padded operand per window offset (row-major order), each of
     the output's shape: ``tap[k][o] = xp[o * stride + k * dilation]``."""
-    rank, xs = len(shape(x)), shape(x)
-    xp = hlo.pad(x, pad_value, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], [0] * rank)
-    out = w.output(xs)
-    taps = []
-    for k in w.offsets():
-        start = [ki * d for ki, d in zip(k, w.dilation)]
-        limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out, w.strides)]
-        taps.append(hlo.slice(xp, start, limit, w.strides))
-    return taps
+    xp = pad_operand(x, pad_value, w)
+    return [tap_slice(xp, k, w, w.output(shape(x))) for k in w.offsets()]
+
+
+def pad_operand(x: ir.Value, pad_value: ir.Value, w: Windows) -> ir.Value:
+    """``xp``: the operand padded as the window op pads it."""
+    return hlo.pad(x, pad_value, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], [0] * len(shape(x)))
+
+
+def tap_slice(xp: ir.Value, offset: Sequence[int], w: Windows, out: Sequence[int]) -> ir.Value:
+    """``xp[o * stride + offset * dilation]`` for every output position ``o`` (``out``, the
+    output's shape): the tap at one window offset."""
+    start = [ki * d for ki, d in zip(offset, w.dilation)]
+    limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out, w.strides)]
+    return hlo.slice(xp, start, limit, w.strides)
 
 
 def patches(x: ir.Value, pad_value: ir.Value, w: Windows, axis: int) -> ir.Value:

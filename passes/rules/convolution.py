@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 
 from ..ir import hlo
-from ..lowering.choices import conv_adjoint_by_matmul, conv_forward_by_matmul
+from ..lowering.choices import conv_adjoint_by_matmul, conv_by_taps, conv_forward_by_matmul
 from ..ir.mlir import elem, ir, shape, tensor_type
-from ..lowering.patches import Windows, col2im, patches
+from ..lowering.patches import Windows, col2im, pad_operand, patches, tap_slice
 from ..transforms.forward import bilinear
 from ..transforms.batching import Batcher, MissingBatchingRule, moved_to_front, remake
 from ..transforms.registry import adjoint, batching, tangent
@@ -203,7 +203,42 @@ class Matmul:
     def depthwise(self) -> bool:
         return self.groups > 1 and self.cin == self.groups
 
+    @property
+    def by_taps(self) -> bool:
+        """``choices.conv_by_taps``: one product per window offset, no patches tensor."""
+        return self.groups == 1 and conv_by_taps(self.taps, self.m, self.cin)
+
+    def _tap_chain(self, x: ir.Value, windows: Windows, step) -> list[ir.Value]:
+        """``step(t, slice_t, last)`` for each window offset ``t`` in turn, ``slice_t`` ``x``'s strided
+        slice at that offset (``patches`` unstacked) as ``[rows, C]`` and ``last`` the value the
+        step before returned (None at first): the values it returns.
+        Each slice waits (an optimization barrier) for the value before it: IREE copies a
+        strided slice out before a product reads it, and would make all of them at once."""
+        out = windows.output(shape(x))
+        xp = pad_operand(x, hlo.zeros(tensor_type([], elem(x))), windows)
+        values: list[ir.Value] = []
+        for t, offset in enumerate(windows.offsets()):
+            if values:
+                values[-1], xp = hlo.optimization_barrier([values[-1], xp])
+            p = hlo.reshape(tap_slice(xp, offset, windows, out), [math.prod(out[:-1]), out[-1]])
+            values.append(step(t, p, values[-1] if values else None))
+        return values
+
+    def _tap_sum(self, x: ir.Value, windows: Windows, k: ir.Value, contract: int, element: ir.Type) -> ir.Value:
+        """``Σ_t slice_t(x) · k[t]`` (``k`` ``[taps, C, O]``, contracted over ``contract``), a chain of
+        products each adding the last (IREE takes the add into the product's dispatch): two
+        ``[rows, O]`` sums and one slice alive at a time, where the patches are ``taps`` × the input."""
+        def step(t: int, p: ir.Value, last: ir.Value | None) -> ir.Value:
+            kt = hlo.reshape(hlo.slice(k, [t, 0, 0], [t + 1, *shape(k)[1:]], [1, 1, 1]), shape(k)[1:])
+            term = hlo.dot_general(p, kt, [], [], [1], [contract], element)
+            return term if last is None else hlo.add(last, term)
+
+        return self._tap_chain(x, windows, step)[-1]
+
     def forward(self, x: ir.Value, w: ir.Value, element: ir.Type) -> ir.Value:
+        if self.by_taps:
+            k = hlo.reshape(w, [self.taps, self.cin, self.cout])
+            return hlo.reshape(self._tap_sum(x, self.windows, k, 0, element), [*self.out, self.cout])
         p, k = self.patches(x), self.kernel_matrix(w)
         if self.depthwise:
             out = self._product(hlo.reshape(p, [self.m, self.taps, self.groups]), "mtg",
@@ -278,6 +313,11 @@ class Matmul:
     def weight_gradient(self, x: ir.Value, ct: ir.Value, element: ir.Type) -> ir.Value:
         if self.depthwise and self.cout == self.cin:
             return self.depthwise_weight_gradient(x, ct, element)
+        if self.by_taps:  # one [C, O] product per window offset
+            dy = self.cotangent_matrix(ct)
+            parts = self._tap_chain(x, self.windows, lambda t, p, last: hlo.reshape(
+                hlo.dot_general(p, dy, [], [], [0], [0], element), [1, self.cin, self.cout]))
+            return hlo.reshape(hlo.concatenate(parts, 0), [*self.kernel, self.cin, self.cout])
         p, dy = self.patches(x), self.cotangent_matrix(ct)
         if self.depthwise:
             dw = self._product(hlo.reshape(p, [self.m, self.taps, self.groups]), "mtg", dy, "mgo", "tgo", element)
@@ -288,6 +328,8 @@ class Matmul:
         return hlo.reshape(dw, [*self.kernel, self.cin // self.groups, self.cout])
 
     def input_gradient(self, ct: ir.Value, w: ir.Value, element: ir.Type) -> ir.Value:
+        if self.by_taps and all(s == 1 for s in self.c.strides):
+            return self._input_gradient_by_taps(ct, w, element)
         dy, k = self.cotangent_matrix(ct), self.kernel_matrix(w)
         if self.depthwise:
             y = self._product(dy, "mgo", hlo.reshape(k, [self.taps, self.groups, self.cout // self.groups]), "tgo",
@@ -298,6 +340,20 @@ class Matmul:
             y = hlo.transpose(hlo.dot_general(dy, k, [1], [2], [2], [3], element), [1, 2, 0, 3])
         y = hlo.reshape(y, [*self.out, self.taps, self.cin])
         return col2im(y, self.x_shape, self.windows, len(self.x_shape) - 1)
+
+
+    def _input_gradient_by_taps(self, ct: ir.Value, w: ir.Value, element: ir.Type) -> ir.Value:
+        """Stride 1: the input gradient is the correlation of ``ct``, padded by what the windows
+        reach past it, with the kernel reversed in space: ``dx[i] = Σ_t ctp[i + t·d] · w[K-1-t]ᵀ``,
+        the forward's tap sum again (no ``[M, taps·C]`` product and no col2im)."""
+        n = len(self.kernel)
+        span = [(k - 1) * d for k, d in zip(self.kernel, self.c.rhs_dilation)]
+        lows = [sp - lo for sp, (lo, _) in zip(span, self.c.padding)]
+        highs = [s - q - low + sp for s, q, low, sp in zip(self.x_shape[1:-1], self.out[1:], lows, span)]
+        windows = Windows([1, *self.kernel, 1], [1] * (n + 2), [(0, 0), *zip(lows, highs), (0, 0)],
+                          [1, *self.c.rhs_dilation, 1])
+        k = hlo.reshape(hlo.reverse(w, list(range(n))), [self.taps, self.cin, self.cout])
+        return hlo.reshape(self._tap_sum(ct, windows, k, 1, element), self.x_shape)
 
 
 def _chunk_rows(q: list[int]) -> int:

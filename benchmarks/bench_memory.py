@@ -1,0 +1,171 @@
+"""Peak memory per call of irgrad's forward and gradient against XLA's (issue 43).
+
+    .venv/bin/python benchmarks/bench_memory.py --jax-python /work/tfvenv/bin/python
+    .venv/bin/python benchmarks/bench_memory.py --jax-python ... --quick      # small batches, 2 calls
+    .venv/bin/python benchmarks/bench_memory.py --jax-python ... --models resnet:64,resnet:256
+
+Models (``bench_memory_jax.py``, float32, written in JAX): ``mlp`` (bench_models.py's MLP,
+batch 8192), ``deep_mlp`` (16 dense 1024×1024 tanh layers, batch 2048), ``resnet`` (bench_models'
+ResNet basic block on batch×16×16×32, batch 64 and 256), ``scan_mlp`` (a 256-step ``lax.scan`` of
+a width-128 tanh layer, batch 128: at 512 irgrad's gradient takes 150 s a call here, IREE copying
+the 64 MiB loop-carried inputs every step). JAX runs under ``--jax-python`` (JAX and numpy; irgrad not
+needed there) and exports each model's forward StableHLO and arguments; irgrad differentiates it
+(``passes.differentiate(..., with_value=True)``: ``main`` and ``main_grad``) and compiles it once.
+
+Method: every figure is measured in a fresh process (``--measure-irgrad`` here,
+``bench_memory_jax.py measure`` for XLA's ``jax.jit(loss)`` and ``jax.jit(jax.value_and_grad)``),
+after loading and compiling and with the arguments in memory (XLA's on its device, irgrad's as
+numpy arrays it uploads each call, as a user calls it). Before each call the high-water RSS is
+reset (``echo 5 > /proc/self/clear_refs``); the figure is VmHWM after the call minus the RSS
+before the first call, in MiB. ``first`` and ``second`` are the first two calls; the time is the
+median of the calls from the second on. Nothing asserts a size. Every process runs under
+``prlimit --as`` (``--limit``), as everything on a shared machine should.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_memory_jax import MODELS, measure_calls  # noqa: E402
+
+DEFAULT = ("mlp:8192", "deep_mlp:2048", "resnet:64", "resnet:256", "scan_mlp:128")
+QUICK = ("mlp:1024", "deep_mlp:128", "resnet:8", "scan_mlp:32")
+
+
+def _limited(limit: str, command: Sequence[str]) -> list[str]:
+    return ["prlimit", f"--as={limit}", *command]
+
+
+def _run(command: Sequence[str], limit: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(_limited(limit, command), capture_output=True, text=True, env=env)
+    if done.returncode:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(" / ".join(tail) or f"exit status {done.returncode}")
+    return done.stdout
+
+
+def measure_irgrad(vmfb: str, function: str, npz: str, calls: int) -> dict:
+    """One figure, in this (fresh) process: ``function`` of the artifact ``vmfb`` on ``npz``'s arguments."""
+    import numpy as np
+
+    import bench_adjoint  # noqa: F401  (puts the source tree first on sys.path)
+    from irgrad import runtime as igrt
+
+    with np.load(npz) as data:
+        args = [data[f"arr_{i}"] for i in range(len(data.files))]
+    module = igrt.load(Path(vmfb).read_bytes())
+    fn = module[function]
+    return {**measure_calls(lambda: fn(*args), calls), "device": module.device}
+
+
+def build(name: str, batch: int, folder: Path, jax_python: str, limit: str) -> Path:
+    """Exports the model (JAX), differentiates and compiles it (irgrad): the artifact's path."""
+    import bench_adjoint  # noqa: F401
+    import irgrad as ig
+    from irgrad import runtime as igrt
+
+    _run([jax_python, str(HERE / "bench_memory_jax.py"), "export", name, str(batch), str(folder)], limit)
+    forward = (folder / "forward.mlir").read_text()
+    module = ig.passes.differentiate(forward, "main", with_value=True)
+    vmfb = folder / "module.vmfb"
+    vmfb.write_bytes(igrt.compile(module).vmfb)
+    return vmfb
+
+
+def figure(command: list[str], limit: str, env: dict[str, str] | None = None) -> dict:
+    try:
+        return json.loads(_run(command, limit, env).strip().splitlines()[-1])
+    except (RuntimeError, ValueError, IndexError) as error:
+        return {"error": str(error)}
+
+
+def fmt(result: dict, index: int) -> str:
+    if "error" in result:
+        return "error"
+    peaks = result["peaks_mib"]
+    return f"{peaks[index]:.0f}" if index < len(peaks) else "-"
+
+
+def fmt_time(result: dict) -> str:
+    if "error" in result:
+        return "error"
+    times = result["times_s"][1:] or result["times_s"]
+    return f"{statistics.median(times) * 1e3:.1f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    specs = args.models.split(",") if args.models else list(QUICK if args.quick else DEFAULT)
+    calls = 2 if args.quick else args.calls
+    env = None if args.env is None else {**os.environ, **dict(kv.split("=", 1) for kv in args.env)}
+    print(f"peak per call, MiB over the RSS after loading (fresh process per figure); calls {calls}; "
+          f"ms = median time of calls 2..{calls}")
+    header = ("| model | batch | program | irgrad first | irgrad second | XLA first | XLA second "
+              "| irgrad/XLA | irgrad ms | XLA ms |")
+    print(header)
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
+        for spec in specs:
+            name, _, batch_text = spec.partition(":")
+            if name not in MODELS or not batch_text.isdigit():
+                print(f"unknown model {spec!r}: give NAME:BATCH, NAME one of {', '.join(MODELS)}")
+                return 2
+            batch = int(batch_text)
+            folder = Path(tmp) / f"{name}_{batch}"
+            try:
+                vmfb = build(name, batch, folder, args.jax_python, args.limit)
+            except Exception as error:  # noqa: BLE001  (a model that fails prints its row; the others go on)
+                print(f"| {name} | {batch} | build failed: {str(error)[:200]} |")
+                failed += 1
+                continue
+            for program, function in (("forward", "main"), ("gradient", "main_grad")):
+                ours = figure([sys.executable, __file__, "--measure-irgrad", str(vmfb), function,
+                               str(folder / "args.npz"), str(calls)], args.limit, env)
+                xla = figure([args.jax_python, str(HERE / "bench_memory_jax.py"), "measure", name, str(batch),
+                              "fwd" if program == "forward" else "grad", str(calls)], args.limit)
+                failed += "error" in ours or "error" in xla
+                ratio = ("-" if "error" in ours or "error" in xla else  # over the two calls shown
+                         f"{max(ours['peaks_mib'][:2]) / max(max(xla['peaks_mib'][:2]), 1e-9):.2f}")
+                print(f"| {name} | {batch} | {program} | {fmt(ours, 0)} | {fmt(ours, 1)} | {fmt(xla, 0)} "
+                      f"| {fmt(xla, 1)} | {ratio} | {fmt_time(ours)} | {fmt_time(xla)} |", flush=True)
+                for who, result in (("irgrad", ours), ("XLA", xla)):
+                    if "error" in result:
+                        print(f"  {who} {name}:{batch} {program}: {result['error'][:300]}")
+    return 1 if failed else 0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jax-python", default=sys.executable, help="a Python with JAX (default: this one)")
+    parser.add_argument("--models", help=f"NAME:BATCH,... (default {','.join(DEFAULT)})")
+    parser.add_argument("--calls", type=int, default=3, help="calls per figure (default 3)")
+    parser.add_argument("--quick", action="store_true", help=f"{','.join(QUICK)}, 2 calls")
+    parser.add_argument("--limit", default="12000000000", help="prlimit --as for every process (bytes)")
+    parser.add_argument("--env", action="append", metavar="NAME=VALUE",
+                        help="environment of irgrad's measuring processes (e.g. IRGRAD_KEEP_HEAP=0)")
+    parser.add_argument("--measure-irgrad", nargs=4, metavar=("VMFB", "FUNCTION", "NPZ", "CALLS"),
+                        help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.measure_irgrad:
+        vmfb, function, npz, calls = args.measure_irgrad
+        print(json.dumps(measure_irgrad(vmfb, function, npz, int(calls))))
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
