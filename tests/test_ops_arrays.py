@@ -277,20 +277,26 @@ def test_iree_gather_slice_reshape_pad():
 
 # ----- the blocks of issue 42 on Vulkan: TensorFlow's recorded numbers ------------------------
 
-BLOCKS = ["block_conv1d_bias_leaky_relu", "block_mobilenet", "block_lstm_cell", "block_transposed_conv_decoder"]
-
-
 @pytest.mark.vulkan
-@pytest.mark.parametrize("name", BLOCKS)
-def test_blocks_on_vulkan_match_tensorflow(name):
-    """The blocks of fixtures/tf/cases_arrays.py (values and gradients), compiled for Vulkan."""
+def test_blocks_on_vulkan_match_tensorflow():
+    """The six blocks of fixtures/tf/cases_blocks.py (values and gradients) traced into one
+    function, compiled once for Vulkan, against TensorFlow's recorded numbers."""
     from test_tf_references import T, _args, _refs, cases
 
-    c = cases.by_name(name)
-    got = ig.function(lambda *a: c.fn(T, *a), target="vulkan")(*_args(name))
-    leaves, _ = cases.flatten(got)
-    for j, leaf in enumerate(leaves):
-        np.testing.assert_allclose(leaf, _refs()[f"{name}__out{j}"], rtol=1e-4, atol=1e-5, err_msg=f"{name}: {j}")
+    blocks = [c for c in cases.CASES if c.group == "blocks"]
+    assert len(blocks) == 6
+    starts = np.cumsum([0] + [len(c.args) for c in blocks])
+
+    def all_blocks(*a):
+        return [c.fn(T, *a[i:j]) for c, i, j in zip(blocks, starts[:-1], starts[1:])]
+
+    got = ig.function(all_blocks, target="vulkan")(*[x for c in blocks for x in _args(c.name)])
+    for c, out in zip(blocks, got):
+        leaves, _ = cases.flatten(out)
+        assert len(leaves) == len([k for k in _refs() if k.startswith(f"{c.name}__out")])
+        for j, leaf in enumerate(leaves):
+            np.testing.assert_allclose(leaf, _refs()[f"{c.name}__out{j}"], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{c.name}: output {j}")
 
 
 def _depthwise_reference(x, w, stride, pads, dilation):
