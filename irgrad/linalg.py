@@ -8,6 +8,8 @@ tensors only (irgrad has no complex dtypes).
   ``matrix_transpose``, ``triangular_solve`` and ``cholesky`` (``stablehlo.triangular_solve`` /
   ``stablehlo.cholesky``, lowered to loops for IREE by ``passes/rules/linalg.py``),
   ``cholesky_solve``, ``logdet``.
+* ``matmul``, ``norm``, ``l2_normalize``: the ops of ``ig`` / ``ig.math`` under ``tf.linalg``'s
+  names.
 * ``lu``, ``qr``, ``svd``, ``eigh`` / ``eigvalsh``: ``stablehlo.composite`` ops
   (``irgrad.linalg.*``) whose decomposition is a loop of plain StableHLO and whose adjoint is
   TensorFlow's registered gradient (``passes/rules/linalg.py``).
@@ -29,7 +31,7 @@ from .framework import Tensor
 from .ops.array_ops import _type_key, expand_dims, squeeze, stop_gradient
 from .ops.core import broadcast_shape, broadcast_value, convert_pair, convert_to_tensor, current_graph, emit
 from .ops.math_ops import add, cast, log, multiply, subtract
-from .ops.reduce_ops import matmul, reduce_sum  # noqa: F401 (matmul: tf.linalg.matmul)
+from .ops.reduce_ops import l2_normalize, matmul, norm, reduce_sum  # noqa: F401 (tf.linalg's aliases of them)
 from .passes.ir import hlo
 from .passes.ir.mlir import element_type, ir, tensor_type
 from .passes.rules import linalg as rules
@@ -524,6 +526,6 @@ def eye(num_rows, num_columns=None, batch_shape=None, dtype=dtypes.float32, name
 
 __all__ = [
     "adjoint", "band_part", "cholesky", "cholesky_solve", "det", "diag", "diag_part", "eigh", "eigvalsh", "eye",
-    "inv", "logdet", "lu", "matmul", "matrix_transpose", "matvec", "qr", "set_diag", "slogdet", "solve", "svd",
-    "tensordot", "trace", "triangular_solve", "Lu", "Qr", "Slogdet",
+    "inv", "l2_normalize", "logdet", "lu", "matmul", "matrix_transpose", "matvec", "norm", "qr", "set_diag",
+    "slogdet", "solve", "svd", "tensordot", "trace", "triangular_solve", "Lu", "Qr", "Slogdet",
 ]
