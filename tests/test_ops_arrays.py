@@ -299,6 +299,16 @@ def test_blocks_on_vulkan_match_tensorflow():
                                        err_msg=f"{c.name}: output {j}")
 
 
+@pytest.mark.parametrize("name", ["block_dense_layernorm_gelu", "block_causal_attention"])
+def test_the_dense_and_attention_blocks_pass_the_numeric_checker(name):
+    """The two blocks built from ops of other families (moments, rsqrt, gelu; band_part,
+    softmax, batched matmul): their gradients under the numeric checker, in float64."""
+    from test_tf_references import T, cases
+
+    c = cases.by_name(name)
+    check_fn(lambda *a: c.fn(T, *a)[0], *[a.astype(np.float64) for a in c.args])
+
+
 def _depthwise_reference(x, w, stride, pads, dilation):
     """Depthwise convolution by loops (numpy)."""
     xp = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
