@@ -7,8 +7,8 @@ f32, f64, complex<f32>, complex<f64>), where its platform-independent lowering (
 Its ``eigh`` and ``svd`` become ``@lapack_?syevd_ffi`` / ``@lapack_?gesdd_ffi``, which no
 StableHLO op computes. Neither irgrad's adjoints nor IREE know the calls;
 :func:`rewrite_lapack_calls` replaces each by the op it stands for, or by irgrad's
-``irgrad.linalg.eigh`` / ``irgrad.linalg.svd`` composite, which both do (``linalg.py``). ``grad.differentiate`` applies it to
-its input and ``legalize.py`` to every compiled module.
+``irgrad.linalg.eigh`` / ``irgrad.linalg.svd`` composite, which both do (``linalg.py``).
+``grad.differentiate`` applies it to its input and ``legalize.py`` to every compiled module.
 
 The calls' attributes (``mhlo.backend_config``, LAPACK's character codes as ``ui8``):
 
