@@ -2,7 +2,8 @@
 
 Conventions (TensorFlow's): ``maximum`` gives ties to the first operand,
 ``minimum`` too; ``clamp`` passes the gradient to ``x`` on the closed interval
-``[lo, hi]`` and to a bound only strictly outside it; ``pow`` gives the
+``[lo, hi]`` and to a bound only strictly outside it, to ``hi`` everywhere when ``lo > hi``
+(StableHLO defines the result as ``hi`` there); ``pow`` gives the
 exponent a zero gradient where the base is not positive.
 """
 from __future__ import annotations
@@ -250,14 +251,23 @@ def _select(op, cts):
     return None, hlo.select(pred, ct, zero), hlo.select(pred, zero, ct)
 
 
+def _clamp_sides(lo: ir.Value, x: ir.Value, hi: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Where clamp's result is ``lo`` (x < lo <= hi) and where it is ``hi`` (x > hi, or lo > hi:
+    then the result is hi whatever x is), both of x's shape."""
+    full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
+    lo, hi = full(lo), full(hi)
+    above = hlo.binary("stablehlo.or", hlo.compare(x, hi, "GT"), hlo.compare(lo, hi, "GT"))
+    below = hlo.binary("stablehlo.and", hlo.compare(x, lo, "LT"), hlo.compare(lo, hi, "LE"))
+    return below, above
+
+
 @adjoint("stablehlo.clamp")
 def _clamp(op, cts):
-    """dx = ct on lo <= x <= hi; d lo = ct where x < lo; d hi = ct where x > hi"""
+    """dx = ct on lo <= x <= hi; d lo = ct where x < lo <= hi; d hi = ct where x > hi or lo > hi
+    (StableHLO's clamp is min(max(x, lo), hi): hi wherever lo > hi)"""
     (ct,) = cts
     lo, x, hi = op.operands
-    full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
-    below = hlo.compare(x, full(lo), "LT")
-    above = hlo.compare(x, full(hi), "GT")
+    below, above = _clamp_sides(lo, x, hi)
     zero = like(0, ct)
     dx = hlo.select(below, zero, hlo.select(above, zero, ct))
     dlo = _unbroadcast_scalar(hlo.select(below, ct, zero), lo)
@@ -347,8 +357,7 @@ def _clamp_tangent(op, ts):
     lo, x, hi = op.operands
     full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
     tlo, tx, thi = (full(t) for t in zero_filled(op.operands, ts))
-    below = hlo.compare(x, full(lo), "LT")
-    above = hlo.compare(x, full(hi), "GT")
+    below, above = _clamp_sides(lo, x, hi)
     return [hlo.select(below, tlo, hlo.select(above, thi, tx))]
 
 

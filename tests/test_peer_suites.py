@@ -1,0 +1,32 @@
+"""Cases from two peers' suites (issue 44): OpenXLA StableHLO's ``testdata/`` (JAX-generated,
+one primitive per program; ``dev/run_stablehlo_testdata.py`` runs the whole folder) and
+Enzyme-JAX's derivative tests. Small versions of the programs those suites found wrong,
+refused or uncompilable, each through ``gradcheck.check_module``: float64 central differences
+of the compiled forward against the compiled VJP and JVP."""
+from __future__ import annotations
+
+import numpy as np
+
+from gradcheck import check_module
+
+
+def _fn(args: str, body: str, result: str) -> str:
+    return f"func.func @f({args}) -> {result} {{\n  {body}\n}}"
+
+
+def test_clamp_with_min_above_max_gives_the_gradient_to_max():
+    """StableHLO's clamp is min(max(x, lo), hi): where lo > hi the result is hi whatever x is,
+    so x < lo there sends the gradient to hi, not to lo (JAX masks on lo < hi the same way)."""
+    text = _fn("%lo: tensor<6xf64>, %x: tensor<6xf64>, %hi: tensor<6xf64>",
+               "%0 = stablehlo.clamp %lo, %x, %hi : tensor<6xf64>\n  return %0 : tensor<6xf64>", "tensor<6xf64>")
+    lo = np.array([1.0, 1.0, 1.0, -1.0, -1.0, -1.0])
+    x = np.array([0.0, 1.5, 3.0, -2.0, 0.0, 2.0])
+    hi = np.array([-0.5, -0.5, -0.5, 1.0, 1.0, 1.0])  # the first three: lo > hi, x below, between, above
+    check_module(text, [lo, x, hi])
+
+
+def test_clamp_with_scalar_bounds_min_above_max():
+    text = _fn("%lo: tensor<f64>, %x: tensor<4xf64>, %hi: tensor<f64>",
+               "%0 = stablehlo.clamp %lo, %x, %hi : (tensor<f64>, tensor<4xf64>, tensor<f64>) -> tensor<4xf64>\n"
+               "  return %0 : tensor<4xf64>", "tensor<4xf64>")
+    check_module(text, [np.array(2.0), np.array([-3.0, 0.0, 1.0, 3.0]), np.array(-1.0)])
