@@ -46,7 +46,9 @@ def _split_types(types: str) -> list[str]:
 def as_function(text: str, f64: bool = False) -> tuple[str, str]:
     """(the module with ``@main`` taking the inputs as arguments, the module whose public
     ``@inputs`` gives them). ``f64``: every f32 type becomes f64 (the checker's precision)."""
-    lines, main, types, name, count = [], None, [], None, None
+    lines: list[str] = []
+    types: list[str] = []
+    name = count = None
     for line in text.splitlines():
         if line.startswith("//"):
             continue
