@@ -30,3 +30,19 @@ def test_clamp_with_scalar_bounds_min_above_max():
                "%0 = stablehlo.clamp %lo, %x, %hi : (tensor<f64>, tensor<4xf64>, tensor<f64>) -> tensor<4xf64>\n"
                "  return %0 : tensor<4xf64>", "tensor<4xf64>")
     check_module(text, [np.array(2.0), np.array([-3.0, 0.0, 1.0, 3.0]), np.array(-1.0)])
+
+
+def test_no_nan_through_the_branch_a_select_did_not_take():
+    """where(x > 0, a · log(x), 1): at x <= 0 the result is constant, yet a · log(x) is NaN
+    there; the adjoint of the select sends that branch a zero cotangent, and 0 · NaN must stay
+    0 (the double-where trick, done by the rules: igammac's out-of-domain inputs, issue 44)."""
+    text = _fn("%a: tensor<4xf64>, %x: tensor<4xf64>",
+               "%z = stablehlo.constant dense<0.0> : tensor<4xf64>\n"
+               "  %one = stablehlo.constant dense<1.0> : tensor<4xf64>\n"
+               "  %p = stablehlo.compare GT, %x, %z : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xi1>\n"
+               "  %l = stablehlo.log %x : tensor<4xf64>\n"
+               "  %m = stablehlo.multiply %a, %l : tensor<4xf64>\n"
+               "  %e = stablehlo.exponential %m : tensor<4xf64>\n"
+               "  %r = stablehlo.select %p, %e, %one : tensor<4xi1>, tensor<4xf64>\n"
+               "  return %r : tensor<4xf64>", "tensor<4xf64>")
+    check_module(text, [np.array([0.5, 1.5, 2.0, -1.0]), np.array([-1.0, -2.0, 0.7, 1.3])])

@@ -13,6 +13,7 @@ import math
 
 from ..ir.hlo import add, binary, conj, divide, like, multiply, negate, subtract, unary
 from ..transforms.backprop import COMPLEX_AWARE
+from .elementwise import through_masks
 from ..transforms.batching import elementwise
 from ..transforms.forward import diagonal, linear
 from ..transforms.registry import adjoint, batching, nondifferentiable, tangent
@@ -92,6 +93,7 @@ def _atanh(op, cts):
 
 
 @adjoint("chlo.lgamma")
+@through_masks
 def _lgamma(op, cts):
     """dx = ct * digamma(x)"""
     return (multiply(cts[0], unary("chlo.digamma", op.operands[0])),)
@@ -106,6 +108,7 @@ def _erf_inv(op, cts):
 
 
 @adjoint("chlo.digamma")
+@through_masks
 def _digamma(op, cts):
     """dx = ct * polygamma(1, x) = ct * zeta(2, x)"""
     x = op.operands[0]
