@@ -76,7 +76,7 @@ def as_function(text: str, f64: bool = False) -> tuple[str, str]:
     return body, inputs
 
 
-_HEX = re.compile(r'dense<"0x([0-9A-Fa-f]+)">(\s*:\s*tensor<[^>]*f32>)')
+_HEX = re.compile(r'dense<("?)0x([0-9A-Fa-f]+)"?>(\s*:\s*tensor<[^>]*f32>)')
 
 
 def _to_f64(text: str) -> str:
@@ -84,8 +84,12 @@ def _to_f64(text: str) -> str:
     import numpy as np
 
     def widen(m: re.Match) -> str:
-        data = np.frombuffer(bytes.fromhex(m.group(1)), np.float32).astype("<f8")
-        return f'dense<"0x{data.tobytes().hex().upper()}">{m.group(2)}'
+        quote, digits = m.group(1), m.group(2)
+        if quote:  # little-endian bytes
+            data = np.frombuffer(bytes.fromhex(digits), np.float32).astype("<f8")
+            return f'dense<"0x{data.tobytes().hex().upper()}">{m.group(3)}'
+        bits = np.array([int(digits, 16)], np.uint32).view(np.float32).astype(np.float64).view(np.uint64)[0]
+        return f"dense<0x{int(bits):016X}>{m.group(3)}"
     return _HEX.sub(widen, text).replace("xf32>", "xf64>").replace("<f32>", "<f64>")
 
 

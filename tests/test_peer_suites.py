@@ -5,6 +5,8 @@ refused or uncompilable, each through ``gradcheck.check_module``: float64 centra
 of the compiled forward against the compiled VJP and JVP."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from gradcheck import check_module
@@ -46,3 +48,16 @@ def test_no_nan_through_the_branch_a_select_did_not_take():
                "  %r = stablehlo.select %p, %e, %one : tensor<4xi1>, tensor<4xf64>\n"
                "  return %r : tensor<4xf64>", "tensor<4xf64>")
     check_module(text, [np.array([0.5, 1.5, 2.0, -1.0]), np.array([-1.0, -2.0, 0.7, 1.3])])
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "peers"
+
+
+def test_igammac_across_its_domain_has_finite_gradients():
+    """JAX's igammac is 1 (a constant) where a <= 0 or x <= 0; its expansion still computes
+    log(x), lgamma(a) and two continued fractions there, whose NaNs used to reach the gradient
+    through the select that discards them (StableHLO testdata: 206-440 NaN elements)."""
+    text = (FIXTURES / "igammac.mlir").read_text()
+    a = np.array([[-1.3, 0.6, 2.5, -0.4, 1.7, 3.2], [0.9, -2.2, 1.1, 4.0, 0.35, 2.0]])
+    x = np.array([[0.8, -1.1, 1.9, -0.7, 3.0, 0.5], [2.2, 1.4, -0.3, 5.5, 0.15, 1.0]])
+    check_module(text, [a, x])

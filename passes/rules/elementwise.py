@@ -41,9 +41,9 @@ def _zero_where_ct_is_zero(ct: ir.Value, d: ir.Value) -> ir.Value:
     return hlo.select(undefined, zero, d)
 
 
-def _maybe_masked(ct: ir.Value, depth: int = 4) -> bool:
+def _maybe_masked(ct: ir.Value, depth: int = 6) -> bool:
     """Whether ``ct`` may be zero by a mask: a ``select`` made it (the adjoint of a select sends
-    0 to the branch it did not take), or a sum of such. Only there do the rules below pay for
+    0 to the branch it did not take), or a sum, difference or negation of such. Only there do the rules below pay for
     :func:`_zero_where_ct_is_zero`."""
     owner = ct.owner
     if not isinstance(owner, (ir.Operation, ir.OpView)):
@@ -51,7 +51,11 @@ def _maybe_masked(ct: ir.Value, depth: int = 4) -> bool:
     name = owner.operation.name
     if name == "stablehlo.select":
         return True
-    return depth > 0 and name == "stablehlo.add" and all(_maybe_masked(v, depth - 1) for v in owner.operands)
+    return depth > 0 and name in _KEEPS_ZEROS and all(_maybe_masked(v, depth - 1) for v in owner.operands)
+
+
+# Linear ops whose result is zero wherever their operands are (the mask survives them).
+_KEEPS_ZEROS = {f"stablehlo.{n}" for n in "add subtract negate convert reshape transpose".split()}
 
 
 def through_masks(rule):
