@@ -61,3 +61,29 @@ def test_igammac_across_its_domain_has_finite_gradients():
     a = np.array([[-1.3, 0.6, 2.5, -0.4, 1.7, 3.2], [0.9, -2.2, 1.1, 4.0, 0.35, 2.0]])
     x = np.array([[0.8, -1.1, 1.9, -0.7, 3.0, 0.5], [2.2, 1.4, -0.3, 5.5, 0.15, 1.0]])
     check_module(text, [a, x])
+
+
+def _select_and_gather_add(direction: str) -> str:
+    """JAX's select_and_gather_add (the JVP of max pooling) as StableHLO testdata writes it:
+    a variadic reduce_window over (keys, values) keeping the values at each window's min
+    (LE) or max (GE) key."""
+    return _fn("%values: tensor<4x6xf64>, %keys: tensor<4x6xf64>",
+               f"%inf = stablehlo.constant dense<{'0x7FF0000000000000' if direction == 'LE' else '0xFFF0000000000000'}>"
+               " : tensor<f64>\n"
+               "  %zero = stablehlo.constant dense<0.0> : tensor<f64>\n"
+               "  %r:2 = \"stablehlo.reduce_window\"(%keys, %values, %inf, %zero) <{window_dimensions = array<i64: 2, 2>,"
+               " window_strides = array<i64: 2, 3>}> ({\n"
+               "  ^bb0(%a0: tensor<f64>, %a1: tensor<f64>, %b0: tensor<f64>, %b1: tensor<f64>):\n"
+               f"    %c = stablehlo.compare {direction}, %a0, %b0, FLOAT : (tensor<f64>, tensor<f64>) -> tensor<i1>\n"
+               "    %s0 = stablehlo.select %c, %a0, %b0 : tensor<i1>, tensor<f64>\n"
+               "    %s1 = stablehlo.select %c, %a1, %b1 : tensor<i1>, tensor<f64>\n"
+               "    stablehlo.return %s0, %s1 : tensor<f64>, tensor<f64>\n"
+               "  }) : (tensor<4x6xf64>, tensor<4x6xf64>, tensor<f64>, tensor<f64>) -> (tensor<2x2xf64>, tensor<2x2xf64>)\n"
+               "  return %r#0, %r#1 : tensor<2x2xf64>, tensor<2x2xf64>", "(tensor<2x2xf64>, tensor<2x2xf64>)")
+
+
+def test_select_and_gather_add_routes_each_cotangent_to_the_windows_winning_key():
+    """Used to escape as `too many values to unpack (expected 2)`."""
+    rng = np.random.default_rng(44)
+    for direction in ("LE", "GE"):
+        check_module(_select_and_gather_add(direction), [rng.standard_normal((4, 6)), rng.standard_normal((4, 6))])

@@ -491,7 +491,7 @@ def _top_k(op, cts):
     return (hlo.reshape(flat, shape(x)),)
 
 
-def _is_selection(op: ir.Operation, n: int) -> bool:
+def is_selection(op: ir.Operation, n: int) -> bool:
     """Whether the reducer returns, for each k, acc_k, x_k or a select between them."""
     block = op.regions[0].blocks[0]
     args = list(block.arguments)
@@ -511,7 +511,7 @@ def selection_reduce(op: ir.Operation, cts) -> tuple:
     first element equal to every output, the winner; the init values get nothing."""
     n = len(op.operands) // 2
     xs = list(op.operands)[:n]
-    if not _is_selection(op, n):
+    if not is_selection(op, n):
         raise missing(op, " with this reduction body")
     dims = hlo.read_i64_array(op, "dimensions")
     full = shape(xs[0])

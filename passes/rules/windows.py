@@ -35,8 +35,9 @@ import itertools
 
 from ..ir import hlo
 from ..lowering.choices import pool_by_patches
-from ..ir.mlir import elem, ir, shape, tensor_type
+from ..ir.mlir import elem, ir, is_float, shape, tensor_type
 from ..lowering.patches import Windows, col2im, pad_windows, phase_shape, tap_slices, unpad, window_slice, window_sum
+from .indexing import is_selection
 from .reductions import inputs_and_inits, reduce_kind
 from ..transforms.forward import by_transposition, linear
 from ..transforms.batching import Batcher, MissingBatchingRule, prepended, remake
@@ -192,9 +193,54 @@ def _dynamic_window(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Win
     return total
 
 
+def _selection_key(op: ir.Operation) -> tuple[int, str] | None:
+    """(k, "max"/"min") when ``op``'s body keeps, for every operand, the one of each pair that
+    a comparison of operand ``k``'s pair picks (JAX's ``select_and_gather_add``: the values
+    at each window's maximum or minimum of the keys); None for any other body."""
+    n = len(op.results)
+    if not is_selection(op, n):
+        return None
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+    for k, v in enumerate(list(block.operations)[-1].operation.operands):
+        owner = v.owner if isinstance(v, ir.OpResult) else None
+        if owner is None or owner.name != "stablehlo.select":
+            continue
+        pred, picked = owner.operands[0], owner.operands[1]
+        tests = [pred.owner] if isinstance(pred, ir.OpResult) else []
+        if tests and tests[0].name == "stablehlo.or":  # a NaN or tie-break clause beside the comparison
+            tests = [w.owner for w in tests[0].operands if isinstance(w, ir.OpResult)]
+        for test in tests:
+            if test.name == "stablehlo.compare" and set(test.operands) == {args[k], args[n + k]}:
+                direction = hlo.read_direction(test)
+                if direction in ("GT", "GE", "LT", "LE"):
+                    greater = direction in ("GT", "GE")
+                    return k, "max" if greater == (picked == test.operands[0]) else "min"
+    return None
+
+
+def _selection_window(op, cts) -> tuple:
+    """d x_j = ct_j at the window's first maximum (minimum) of the key operand; the init values
+    and integer operands get nothing (ties between equal keys: the first, as for max pooling)."""
+    found = _selection_key(op)
+    if found is None or any(not is_constant(v) for v in list(op.operands)[len(op.results):]):
+        raise missing(op, " with this body or a non-constant init value")
+    k, kind = found
+    n, w = len(op.results), Window(op)
+    key, init = op.operands[k], op.operands[n + k]
+    if not hlo.is_static(key):
+        raise missing(op, " (a selecting body) over run-time dimensions")
+    grads = [_argwindow(key, init, ct, kind, w) if ct is not None and is_float(x) else None
+             for x, ct in zip(list(op.operands)[:n], cts)]
+    return (*grads, *[None] * n)
+
+
 @adjoint("stablehlo.reduce_window")
 def _reduce_window(op, cts):
-    """add: d x = T(ct); max/min: ct to each window's first winner; mul: see the module docstring"""
+    """add: d x = T(ct); max/min: ct to each window's first winner; mul: see the module docstring;
+    several operands whose body selects by one of them: ``_selection_window``"""
+    if len(op.operands) > 2:
+        return _selection_window(op, cts)
     kind = reduce_kind(op)
     x, init = op.operands
     if kind is None or not is_constant(init):
