@@ -8,6 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from irgrad import passes
+from irgrad.passes.transforms.registry import MissingAdjointError
 
 from gradcheck import check_module
 
@@ -87,3 +91,32 @@ def test_select_and_gather_add_routes_each_cotangent_to_the_windows_winning_key(
     rng = np.random.default_rng(44)
     for direction in ("LE", "GE"):
         check_module(_select_and_gather_add(direction), [rng.standard_normal((4, 6)), rng.standard_normal((4, 6))])
+
+
+def _scatter2_cases() -> list[str]:
+    text = (FIXTURES / "scatter2.mlir").read_text()
+    return ["module {" + m for m in text.split("module {")[1:]]
+
+
+@pytest.mark.parametrize("number", range(11))
+def test_enzyme_jax_scatter2(number):
+    """Every update computation of Enzyme-JAX's scatter2.mlir, those that capture a constant
+    from outside the region included (refused, or an internal KeyError printing an OpResult)."""
+    text = _scatter2_cases()[number]
+    unique = "unique_indices = true" in text
+    rng = np.random.default_rng(number)
+    idx = np.array([[4], [0], [5], [2]] if unique else [[4], [0], [4], [2]], np.int32)
+    check_module(text, [rng.standard_normal((6, 3)), idx, rng.standard_normal((4, 3))])
+
+
+def test_scatter_whose_region_captures_a_computed_value_is_refused_in_one_line():
+    text = _fn("%x: tensor<6xf64>, %i: tensor<2x1xi32>, %u: tensor<2xf64>, %s: tensor<f64>",
+               "%0 = \"stablehlo.scatter\"(%x, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<"
+               "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>,"
+               " unique_indices = true}> ({\n  ^bb0(%a: tensor<f64>, %b: tensor<f64>):\n"
+               "    %m = stablehlo.multiply %s, %b : tensor<f64>\n    stablehlo.return %m : tensor<f64>\n"
+               "  }) : (tensor<6xf64>, tensor<2x1xi32>, tensor<2xf64>) -> tensor<6xf64>\n  return %0 : tensor<6xf64>",
+               "tensor<6xf64>")
+    with pytest.raises(MissingAdjointError, match=r"^No adjoint rule for 'stablehlo.scatter' whose update "
+                                                   r"computation uses a computed value from outside the region"):
+        passes.differentiate(text, vjp=True)
