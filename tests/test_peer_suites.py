@@ -120,3 +120,54 @@ def test_scatter_whose_region_captures_a_computed_value_is_refused_in_one_line()
     with pytest.raises(MissingAdjointError, match=r"^No adjoint rule for 'stablehlo.scatter' whose update "
                                                    r"computation uses a computed value from outside the region"):
         passes.differentiate(text, vjp=True)
+
+
+def test_a_failing_rule_says_which_op_which_line_and_whose_bug(tmp_path):
+    """A rule's own Python mistake (the old select_and_gather_add rule unpacked four operands
+    into two) reaches the user as one line naming the op, its location and whose bug it is,
+    through the Python API and the command line alike."""
+    from typer.testing import CliRunner
+
+    from irgrad.cli import app
+    from irgrad.passes.transforms.backprop import InternalError
+    from irgrad.passes.transforms.registry import RULES, SITES, adjoint
+
+    name = "stablehlo.collective_permute"
+    text = _fn("%x: tensor<4xf64>",
+               "%0 = \"stablehlo.collective_permute\"(%x) {source_target_pairs = dense<[[0, 1]]> : tensor<1x2xi64>,"
+               " channel_handle = #stablehlo.channel_handle<handle = 1, type = 0>} : (tensor<4xf64>) -> tensor<4xf64>\n"
+               "  return %0 : tensor<4xf64>", "tensor<4xf64>")
+
+    @adjoint(name)
+    def _unpacks_too_many(op, cts):
+        x, init = op.operands  # one operand: "not enough values to unpack"
+        return (cts[0],)
+    try:
+        with pytest.raises(InternalError) as caught:
+            passes.differentiate(text, vjp=True)
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message.startswith(f"internal error in the adjoint rule of '{name}' at loc(\"-\":2:")
+        assert message.endswith("ValueError: not enough values to unpack (expected 2, got 1) "
+                                "(a bug in the rule registered by test_peer_suites)")
+        source = tmp_path / "m.mlir"
+        source.write_text(text)
+        result = CliRunner().invoke(app, ["grad", str(source)])
+        assert result.exit_code != 0
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"irgrad: error: internal error in the adjoint rule of '{name}'")
+        assert lines[0].endswith("(a bug in the rule registered by test_peer_suites)"), lines
+    finally:
+        RULES.pop(name)
+        SITES.pop(("adjoint", name), None)
+
+
+def test_a_failing_irgrad_rule_asks_for_a_report():
+    from irgrad.passes.transforms.backprop import InternalError
+    module = passes.parse_module(_fn("%x: tensor<2xf64>", "%0 = stablehlo.add %x, %x : tensor<2xf64>\n"
+                                     "  return %0 : tensor<2xf64>", "tensor<2xf64>"))
+    add = next(op for op in passes.find_function(module, None).regions[0].blocks[0].operations
+               if op.operation.name == "stablehlo.add").operation
+    message = str(InternalError.at(add, KeyError("v")))
+    assert message.startswith("internal error in the adjoint rule of 'stablehlo.add' at loc(")
+    assert message.endswith("KeyError: 'v' (a bug in irgrad: please report it with this module)")
