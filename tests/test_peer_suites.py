@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import irgrad as ig
 from irgrad import passes
 from irgrad.passes.transforms.registry import MissingAdjointError
 
@@ -171,3 +172,14 @@ def test_a_failing_irgrad_rule_asks_for_a_report():
     message = str(InternalError.at(add, KeyError("v")))
     assert message.startswith("internal error in the adjoint rule of 'stablehlo.add' at loc(")
     assert message.endswith("KeyError: 'v' (a bug in irgrad: please report it with this module)")
+
+
+def test_bessel_i1e_gradient_uses_i0e_written_in_stablehlo():
+    """d i1e(x) = i0e(x) - i1e(x) (sign(x) + 1/x), with i0e from Cephes' Chebyshev series (both of
+    its ranges, |x| <= 8 and beyond) and the limit 1/2 at 0 (JAX's rule)."""
+    text = _fn("%x: tensor<9xf64>", "%0 = chlo.bessel_i1e %x : tensor<9xf64> -> tensor<9xf64>\n"
+               "  return %0 : tensor<9xf64>", "tensor<9xf64>")
+    check_module(text, [np.array([-20.0, -9.5, -3.0, -0.4, 0.05, 0.7, 2.5, 7.9, 15.0])])
+    # At 0 central differences are off by h/2 (i1e(x) = x/2 - x|x|/2 + ...): the limit, exactly.
+    grads = ig.compile(passes.differentiate(text, vjp=True), target="llvm-cpu").load()["f_vjp"]
+    assert np.asarray(grads.call_flat(np.zeros(9), np.ones(9))[0]).tolist() == [0.5] * 9
