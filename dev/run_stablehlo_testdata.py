@@ -64,11 +64,16 @@ def as_function(text: str, f64: bool = False) -> tuple[str, str]:
     body = "\n".join(lines)
     args = ", ".join(f"%input{i}: {t}" for i, t in enumerate(types))
     body = _MAIN.sub(f"func.func public @main({args})", body, count=1)
+    start = body.index("func.func public @main(")
+    end = body.find("\n  func.func", start)
+    end = len(body) if end < 0 else end
+    main = body[start:end]  # the names are @main's own: other functions reuse them
     if count is None:
-        body = re.sub(re.escape(name) + r"\b(?![#:])", "%input0", body)
+        main = re.sub(re.escape(name) + r"\b(?![#:])", "%input0", main)
     else:
         for i in range(int(count)):
-            body = re.sub(re.escape(name) + f"#{i}" + r"\b", f"%input{i}", body)
+            main = re.sub(re.escape(name) + f"#{i}" + r"\b", f"%input{i}", main)
+    body = body[:start] + main + body[end:]
     inputs = text.replace("func.func private @inputs", "func.func public @inputs")
     inputs = re.sub(r"func\.func public @main\(\).*?\n  }\n", "", inputs, count=1, flags=re.S)
     if f64:

@@ -183,3 +183,23 @@ def test_bessel_i1e_gradient_uses_i0e_written_in_stablehlo():
     # At 0 central differences are off by h/2 (i1e(x) = x/2 - x|x|/2 + ...): the limit, exactly.
     grads = ig.compile(passes.differentiate(text, vjp=True), target="llvm-cpu").load()["f_vjp"]
     assert np.asarray(grads.call_flat(np.zeros(9), np.ones(9))[0]).tolist() == [0.5] * 9
+
+
+def test_cumlogsumexp_reduce_window_with_a_logaddexp_body():
+    """JAX's cumlogsumexp: a reduce_window whose body calls @logaddexp (max + log1p(exp(-|a-b|))
+    with a NaN guard), recognised by what it computes; large inputs check the shift."""
+    text = (FIXTURES / "cumlogsumexp.mlir").read_text()
+    x = np.array([[0.3, -1.0, 40.0], [2.0, 0.5, 41.5], [-3.0, 1.2, 39.0], [0.7, -0.2, 45.0], [1.1, 2.2, 40.2]])
+    check_module(text, [x])
+
+
+@pytest.mark.parametrize("body", ["%r = stablehlo.sine %p : tensor<f64>",  # an op the evaluator does not know
+                                  "%s = stablehlo.add %p, %q : tensor<f64>\n    %r = stablehlo.multiply %s, %s : tensor<f64>"])
+def test_reduce_window_with_another_body_is_refused_in_one_line(body):
+    text = _fn("%x: tensor<4xf64>",
+               "%init = stablehlo.constant dense<0xFFF0000000000000> : tensor<f64>\n"
+               "  %0 = \"stablehlo.reduce_window\"(%x, %init) <{window_dimensions = array<i64: 2>}> ({\n"
+               f"  ^bb0(%p: tensor<f64>, %q: tensor<f64>):\n    {body}\n    stablehlo.return %r : tensor<f64>\n"
+               "  }) : (tensor<4xf64>, tensor<f64>) -> tensor<3xf64>\n  return %0 : tensor<3xf64>", "tensor<3xf64>")
+    with pytest.raises(MissingAdjointError, match=r"^No adjoint rule for 'stablehlo.reduce_window' with this body"):
+        passes.differentiate(text, vjp=True)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ..ir import hlo
 from ..lowering.choices import pool_by_patches
 from ..ir.mlir import elem, ir, is_float, shape, tensor_type
@@ -193,6 +195,77 @@ def _dynamic_window(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Win
     return total
 
 
+# A scalar body evaluated in Python (float64) to recognise what it computes, whatever ops
+# JAX spelled it with (logaddexp: max + log1p(exp(-|a - b|)), with a NaN guard).
+_SCALAR_OPS = {
+    "stablehlo.add": np.add, "stablehlo.subtract": np.subtract, "stablehlo.multiply": np.multiply,
+    "stablehlo.divide": np.divide, "stablehlo.maximum": np.maximum, "stablehlo.minimum": np.minimum,
+    "stablehlo.negate": np.negative, "stablehlo.abs": np.abs, "stablehlo.exponential": np.exp,
+    "stablehlo.log": np.log, "stablehlo.log_plus_one": np.log1p, "stablehlo.exponential_minus_one": np.expm1,
+    "stablehlo.select": lambda p, a, b: a if p else b,
+}
+_DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
+               "GE": np.greater_equal}
+
+
+def _evaluate_body(block, args: list[float]) -> list[float] | None:
+    """The block's results for scalar ``args``; None where it holds an op not listed above."""
+    env = dict(zip(block.arguments, args))
+    ops = [o.operation for o in block.operations]
+    with np.errstate(all="ignore"):
+        for inner in ops[:-1]:
+            if inner.name == "stablehlo.constant":
+                value = hlo.scalar_constant(inner.results[0])
+                if value is None:
+                    return None
+                env[inner.results[0]] = np.float64(value)
+                continue
+            if any(v not in env for v in inner.operands):
+                return None
+            operands = [env[v] for v in inner.operands]
+            if inner.name == "stablehlo.compare":
+                env[inner.results[0]] = bool(_DIRECTIONS[hlo.read_direction(inner)](*operands))
+            elif inner.name in _SCALAR_OPS:
+                env[inner.results[0]] = _SCALAR_OPS[inner.name](*operands)
+            else:
+                return None
+    returned = list(ops[-1].operands)
+    return [env[v] for v in returned] if all(v in env for v in returned) else None
+
+
+def is_logaddexp(op: ir.Operation) -> bool:
+    """Whether ``op``'s body computes log(exp(a) + exp(b)) (JAX's cumlogsumexp) with a -inf
+    init value, checked at sample points."""
+    if len(op.operands) != 2 or hlo.scalar_constant(_through_reshapes(op.operands[1])) != -np.inf:
+        return False
+    block = op.regions[0].blocks[0]
+    for a, b in ((0.3, -1.2), (2.0, 2.5), (-3.0, 1.0), (-np.inf, 0.7)):
+        got = _evaluate_body(block, [np.float64(a), np.float64(b)])
+        if got is None or len(got) != 1 or not np.isclose(got[0], np.logaddexp(a, b), rtol=1e-12):
+            return False
+    return True
+
+
+def _through_reshapes(v: ir.Value) -> ir.Value:
+    while isinstance(v, ir.OpResult) and v.owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape",
+                                                          "stablehlo.convert"):
+        v = v.owner.operands[0]
+    return v
+
+
+def _window_logsumexp(x: ir.Value, y: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
+    """y = log(window_sum(exp(x))): d x_i = exp(x_i) T(ct exp(-y)), shifted by the largest x (so
+    exp(x - m) <= 1); windows that hold only padding (y = -inf) give nothing."""
+    rank = len(shape(x))
+    m = hlo.reduce(x, range(rank), "max")
+    m = hlo.select(hlo.compare(m, hlo.like(-np.inf, m), "EQ"), hlo.like(0, m), m)
+    weight = hlo.unary("stablehlo.exponential", hlo.subtract(x, hlo.broadcast_in_dim(m, shape(x), [])))
+    empty = hlo.compare(y, hlo.like(-np.inf, y), "EQ")
+    share = hlo.multiply(ct, hlo.unary("stablehlo.exponential", hlo.subtract(hlo.broadcast_in_dim(m, shape(y), []), y)))
+    share = hlo.select(empty, hlo.like(0, share), share)
+    return hlo.multiply(weight, transposed_window_sum(share, shape(x), w))
+
+
 def _selection_key(op: ir.Operation) -> tuple[int, str] | None:
     """(k, "max"/"min") when ``op``'s body keeps, for every operand, the one of each pair that
     a comparison of operand ``k``'s pair picks (JAX's ``select_and_gather_add``: the values
@@ -243,6 +316,8 @@ def _reduce_window(op, cts):
         return _selection_window(op, cts)
     kind = reduce_kind(op)
     x, init = op.operands
+    if kind is None and hlo.is_static(x) and is_logaddexp(op):
+        return _window_logsumexp(x, op.results[0], cts[0], Window(op)), None
     if kind is None or not is_constant(init):
         raise missing(op, " with this body or a non-constant init value")
     (ct,) = cts
