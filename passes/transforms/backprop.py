@@ -309,6 +309,11 @@ def _needs_static(op: ir.Operation) -> MissingAdjointError | None:
     return None
 
 
+def _empty(v: ir.Value) -> bool:
+    """A tensor with a static zero-size dimension: its cotangent is empty, its operands get zeros."""
+    return isinstance(v.type, ir.RankedTensorType) and 0 in shape(v)
+
+
 class InternalError(RuntimeError):
     """One of irgrad's own adjoint rules failed in a way no module should cause: a bug in
     irgrad, said in one line with the op and its location (never a bare Python message such
@@ -337,8 +342,8 @@ def is_python_bug(error: ValueError) -> bool:
 def _walk(order, pending, total, rule_for, gate, name) -> None:
     for op in reversed(order):
         cts = [total(r) for r in op.results]
-        if all(ct is None for ct in cts):
-            continue
+        if all(ct is None for ct in cts) or all(_empty(r) for r in op.results):
+            continue  # nothing arrives; an empty result (a zero-size convolution) carries nothing back
         rule = rule_for(op) if rule_for is not None else None
         registered = rule is None
         if rule is None:
