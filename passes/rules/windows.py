@@ -147,11 +147,17 @@ def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
                       hlo.divide(transposed_window_sum(none_zero, xs, w), hlo.select(is_zero, one, x)))
 
 
-def is_constant(v: ir.Value) -> bool:
-    """A constant, possibly broadcast, reshaped or converted (JAX's init values)."""
+def _through_reshapes(v: ir.Value) -> ir.Value:
+    """``v`` before any broadcast, reshape or convert."""
     while isinstance(v, ir.OpResult) and v.owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape",
                                                           "stablehlo.convert"):
         v = v.owner.operands[0]
+    return v
+
+
+def is_constant(v: ir.Value) -> bool:
+    """A constant, possibly broadcast, reshaped or converted (JAX's init values)."""
+    v = _through_reshapes(v)
     return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant"
 
 
@@ -244,13 +250,6 @@ def is_logaddexp(op: ir.Operation) -> bool:
         if got is None or len(got) != 1 or not np.isclose(got[0], np.logaddexp(a, b), rtol=1e-12):
             return False
     return True
-
-
-def _through_reshapes(v: ir.Value) -> ir.Value:
-    while isinstance(v, ir.OpResult) and v.owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape",
-                                                          "stablehlo.convert"):
-        v = v.owner.operands[0]
-    return v
 
 
 def _window_logsumexp(x: ir.Value, y: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
