@@ -256,3 +256,24 @@ def test_reduce_precision_passes_the_cotangent_through():
     vjp = ig.compile(passes.differentiate(text, vjp=True), target="llvm-cpu").load()["f_vjp"]
     ct = np.array([0.1234567, -2.5, 3e-3])
     assert np.asarray(vjp.call_flat(np.array([1.0001, 2.0, 3.0]), ct)[0]).tolist() == ct.tolist()
+
+
+def test_testdata_runner_checks_a_stablehlo_testdata_file():
+    """dev/run_stablehlo_testdata.py on one real testdata file (OpenXLA's clamp, kept verbatim):
+    @main takes @inputs' values, the check and @expected go, f32 becomes f64, and the gradient
+    passes the numeric checker."""
+    import importlib.util
+    path = Path(__file__).parents[1] / "dev" / "run_stablehlo_testdata.py"
+    spec = importlib.util.spec_from_file_location("run_stablehlo_testdata", path)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    source = FIXTURES / "clamp_float32_2_3_float32_2_3_float32_2_3.mlir"
+    module, inputs = runner.as_function(source.read_text(), f64=True)
+    assert "func.func public @main(%input0: tensor<2x3xf64>, %input1: tensor<2x3xf64>, %input2: tensor<2x3xf64>)" \
+        in module and "check.expect_close" not in module
+    assert [a.shape for a in runner.read_inputs(inputs)] == [(2, 3)] * 3
+    assert runner.check_file(source) == ("ok", "")
+    # f32 constants written in hex (a splat's bits, a tensor's little-endian bytes) widen to f64
+    assert runner._to_f64("dense<0x7F800000> : tensor<f32>") == "dense<0x7FF0000000000000> : tensor<f64>"
+    assert runner._to_f64('dense<"0x0000803F000000C0"> : tensor<2xf32>') == \
+        'dense<"0x000000000000F03F00000000000000C0"> : tensor<2xf64>'
