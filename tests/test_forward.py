@@ -40,8 +40,6 @@ WITHOUT_DERIVATIVE_RULES = {
     "func.call": "the drivers differentiate the callee and call its adjoint (passes/grad.py, forward.py)",
     "stablehlo.select_and_scatter": "the adjoint of a max pool: irgrad emits its own form (windows.py) and "
                                     "differentiates that; a gradient through JAX's raises LookupError naming it",
-    "chlo.bessel_i1e": "its derivative, i0e(x) - i1e(x) (sign(x) + 1/x), needs i0e, which CHLO lacks (batching "
-                       "only): a gradient through it raises LookupError naming it",
 }
 
 

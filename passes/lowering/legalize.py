@@ -67,6 +67,7 @@ from ..rules.control_flow import unroll_short_loops
 from ..rules.einsum import EINSUMS, lower_einsum
 from ..rules.indexing import iree_rejects_scatter, scatter_by_elements
 from .lapack import rewrite_lapack_calls
+from .reverse_loops import barrier_reverse_loops
 from ..rules.linalg import lower_cholesky, lower_triangular_solve
 from ..rules.spectral import lower_complex_pad, lower_fft
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
@@ -214,6 +215,7 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
     done = 0
     if dynamic:
         with module.context:
+            done += barrier_reverse_loops(module)  # before the tapes' run-time sizes are rewritten
             # IREE 3.13 miscompiles loops over run-time-sized carries (wrong values: JAX's LSTM
             # over a symbolic batch; tests/test_dynamic.py has the smallest case): short counted
             # ones run unrolled. Calls are inlined first (IREE inlines them anyway): the size

@@ -2,11 +2,13 @@
 
 Conventions (TensorFlow's): ``maximum`` gives ties to the first operand,
 ``minimum`` too; ``clamp`` passes the gradient to ``x`` on the closed interval
-``[lo, hi]`` and to a bound only strictly outside it; ``pow`` gives the
+``[lo, hi]`` and to a bound only strictly outside it, to ``hi`` everywhere when ``lo > hi``
+(StableHLO defines the result as ``hi`` there); ``pow`` gives the
 exponent a zero gradient where the base is not positive.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from ..ir import hlo
@@ -25,6 +27,51 @@ def _unbroadcast_scalar(g: ir.Value, operand: ir.Value) -> ir.Value:
     if shape(operand) == shape(g):
         return g
     return hlo.reduce_sum(g, range(len(shape(g))))
+
+
+def _zero_where_ct_is_zero(ct: ir.Value, d: ir.Value) -> ir.Value:
+    """TensorFlow's Sqrt/Rsqrt gradients: a zero cotangent gives 0 even where the
+    derivative is infinite (so where(x > 0, sqrt(x), 0) has no NaN gradient at x <= 0).
+
+    ``d = ct · f'`` is then ``0 · inf = NaN``; only that NaN is replaced, so ``d`` stays
+    linear in ``ct`` wherever ``f'`` is finite, a zero ``ct`` included (the transposed
+    adjoint, forward mode's ``by_transposition``, differentiates it there)."""
+    zero = like(0, ct)
+    undefined = hlo.binary("stablehlo.and", hlo.compare(ct, zero, "EQ"), hlo.compare(d, d, "NE"))
+    return hlo.select(undefined, zero, d)
+
+
+def _maybe_masked(ct: ir.Value, depth: int = 6) -> bool:
+    """Whether ``ct`` may be zero by a mask: a ``select`` made it (the adjoint of a select sends
+    0 to the branch it did not take), or a sum, difference or negation of such. Only there do the rules below pay for
+    :func:`_zero_where_ct_is_zero`."""
+    owner = ct.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)):
+        return False
+    name = owner.operation.name
+    if name == "stablehlo.select":
+        return True
+    return depth > 0 and name in _KEEPS_ZEROS and all(_maybe_masked(v, depth - 1) for v in owner.operands)
+
+
+# Linear ops whose result is zero wherever their operands are (the mask survives them).
+_KEEPS_ZEROS = {f"stablehlo.{n}" for n in "add subtract negate convert reshape transpose".split()}
+
+
+def through_masks(rule):
+    """An elementwise adjoint whose partial derivative can be infinite or NaN where the forward
+    took the other branch of a ``select`` (``where(x > 0, log(x) * a, 0)``): a masked zero
+    cotangent gives 0 there instead of ``0 · inf``, as JAX's double-``where`` does by hand
+    (issue 44: igammac's out-of-domain inputs)."""
+    @functools.wraps(rule)
+    def guarded(op, cts):
+        grads = rule(op, cts)
+        ct = cts[0]
+        if ct is None or is_complex(ct) or not _maybe_masked(ct):
+            return grads
+        return tuple(g if g is None or shape(g) != shape(ct) or is_complex(g) else _zero_where_ct_is_zero(ct, g)
+                     for g in grads)
+    return guarded
 
 
 # ----- arithmetic -----
@@ -50,6 +97,7 @@ def _subtract(op, cts):
 
 
 @adjoint("stablehlo.multiply")
+@through_masks
 def _multiply(op, cts):
     """da = ct * b, db = ct * a"""
     (ct,) = cts
@@ -58,6 +106,7 @@ def _multiply(op, cts):
 
 
 @adjoint("stablehlo.divide")
+@through_masks
 def _divide(op, cts):
     """da = ct / b, db = ct * ((-a / b) / b)"""
     (ct,) = cts
@@ -72,6 +121,7 @@ def _negate(op, cts):
 
 
 @adjoint("stablehlo.power")
+@through_masks
 def _power(op, cts):
     """da = ct * b * a^(b-1); db = ct * log(a) * a^b where a > 0, else 0"""
     (ct,) = cts
@@ -107,6 +157,7 @@ def _remainder(op, cts):
 
 
 @adjoint("stablehlo.atan2")
+@through_masks
 def _atan2(op, cts):
     """da = ct * b / (a^2 + b^2), db = -ct * a / (a^2 + b^2)"""
     (ct,) = cts
@@ -118,12 +169,14 @@ def _atan2(op, cts):
 # ----- transcendental -----
 
 @adjoint("stablehlo.exponential")
+@through_masks
 def _exp(op, cts):
     """dx = ct * y"""
     return (multiply(cts[0], op.results[0]),)
 
 
 @adjoint("stablehlo.exponential_minus_one")
+@through_masks
 def _expm1(op, cts):
     """dx = ct * (y + 1)"""
     y = op.results[0]
@@ -131,28 +184,18 @@ def _expm1(op, cts):
 
 
 @adjoint("stablehlo.log")
+@through_masks
 def _log(op, cts):
     """dx = ct / x"""
     return (divide(cts[0], op.operands[0]),)
 
 
 @adjoint("stablehlo.log_plus_one")
+@through_masks
 def _log1p(op, cts):
     """dx = ct / (1 + x)"""
     x = op.operands[0]
     return (divide(cts[0], add(x, like(1, x))),)
-
-
-def _zero_where_ct_is_zero(ct: ir.Value, d: ir.Value) -> ir.Value:
-    """TensorFlow's Sqrt/Rsqrt gradients: a zero cotangent gives 0 even where the
-    derivative is infinite (so where(x > 0, sqrt(x), 0) has no NaN gradient at x <= 0).
-
-    ``d = ct · f'`` is then ``0 · inf = NaN``; only that NaN is replaced, so ``d`` stays
-    linear in ``ct`` wherever ``f'`` is finite, a zero ``ct`` included (the transposed
-    adjoint, forward mode's ``by_transposition``, differentiates it there)."""
-    zero = like(0, ct)
-    undefined = hlo.binary("stablehlo.and", hlo.compare(ct, zero, "EQ"), hlo.compare(d, d, "NE"))
-    return hlo.select(undefined, zero, d)
 
 
 @adjoint("stablehlo.sqrt")
@@ -250,14 +293,23 @@ def _select(op, cts):
     return None, hlo.select(pred, ct, zero), hlo.select(pred, zero, ct)
 
 
+def _clamp_sides(lo: ir.Value, x: ir.Value, hi: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Where clamp's result is ``lo`` (x < lo <= hi) and where it is ``hi`` (x > hi, or lo > hi:
+    then the result is hi whatever x is), both of x's shape."""
+    full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
+    lo, hi = full(lo), full(hi)
+    above = hlo.binary("stablehlo.or", hlo.compare(x, hi, "GT"), hlo.compare(lo, hi, "GT"))
+    below = hlo.binary("stablehlo.and", hlo.compare(x, lo, "LT"), hlo.compare(lo, hi, "LE"))
+    return below, above
+
+
 @adjoint("stablehlo.clamp")
 def _clamp(op, cts):
-    """dx = ct on lo <= x <= hi; d lo = ct where x < lo; d hi = ct where x > hi"""
+    """dx = ct on lo <= x <= hi; d lo = ct where x < lo <= hi; d hi = ct where x > hi or lo > hi
+    (StableHLO's clamp is min(max(x, lo), hi): hi wherever lo > hi)"""
     (ct,) = cts
     lo, x, hi = op.operands
-    full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
-    below = hlo.compare(x, full(lo), "LT")
-    above = hlo.compare(x, full(hi), "GT")
+    below, above = _clamp_sides(lo, x, hi)
     zero = like(0, ct)
     dx = hlo.select(below, zero, hlo.select(above, zero, ct))
     dlo = _unbroadcast_scalar(hlo.select(below, ct, zero), lo)
@@ -347,8 +399,7 @@ def _clamp_tangent(op, ts):
     lo, x, hi = op.operands
     full = lambda b: b if shape(b) == shape(x) else hlo.broadcast_in_dim(b, shape(x), [])  # noqa: E731
     tlo, tx, thi = (full(t) for t in zero_filled(op.operands, ts))
-    below = hlo.compare(x, full(lo), "LT")
-    above = hlo.compare(x, full(hi), "GT")
+    below, above = _clamp_sides(lo, x, hi)
     return [hlo.select(below, tlo, hlo.select(above, thi, tx))]
 
 

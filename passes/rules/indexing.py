@@ -174,7 +174,11 @@ def _lift(op: ir.Operation, args: list[ir.Value]) -> dict[ir.Value, ir.Value]:
     block = op.regions[0].blocks[0]
     like = shape(args[0])
     env = dict(zip(block.arguments, args))
-    for inner in [o.operation for o in block.operations][:-1]:
+    body = [o.operation for o in block.operations]
+    inside = {r for o in body for r in o.results} | set(block.arguments)
+    for v in {v for o in body for v in o.operands if v not in inside}:
+        env[v] = _captured(op, v, like)
+    for inner in body[:-1]:
         scalar = all(shape(v) == () for v in [*inner.operands, *inner.results])
         operands = [env.get(v) for v in inner.operands]
         if len(inner.regions) or not scalar or any(v is None for v in operands):
@@ -192,6 +196,17 @@ def _lift(op: ir.Operation, args: list[ir.Value]) -> dict[ir.Value, ir.Value]:
         else:
             raise missing(op, f" whose update computation holds '{inner.name}' (not elementwise)")
     return env
+
+
+def _captured(op: ir.Operation, v: ir.Value, like: list[int]) -> ir.Value:
+    """A value the update computation uses from outside it (Enzyme-JAX's scatter2.mlir captures
+    a constant): broadcast to ``like``; a computed one would need a gradient of its own, which
+    the scatter's adjoint does not give."""
+    root = _through(v)
+    if not (isinstance(root, ir.OpResult) and root.owner.name == "stablehlo.constant"):
+        raise missing(op, " whose update computation uses a computed value from outside the region "
+                          "(its gradient is not derived: pass it as an update instead)")
+    return broadcast_in_dim(v, like, [])
 
 
 class _Geometry:
@@ -501,7 +516,7 @@ def _top_k(op, cts):
     return (hlo.reshape(flat, shape(x)),)
 
 
-def _is_selection(op: ir.Operation, n: int) -> bool:
+def is_selection(op: ir.Operation, n: int) -> bool:
     """Whether the reducer returns, for each k, acc_k, x_k or a select between them."""
     block = op.regions[0].blocks[0]
     args = list(block.arguments)
@@ -521,7 +536,7 @@ def selection_reduce(op: ir.Operation, cts) -> tuple:
     first element equal to every output, the winner; the init values get nothing."""
     n = len(op.operands) // 2
     xs = list(op.operands)[:n]
-    if not _is_selection(op, n):
+    if not is_selection(op, n):
         raise missing(op, " with this reduction body")
     dims = hlo.read_i64_array(op, "dimensions")
     full = shape(xs[0])

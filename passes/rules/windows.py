@@ -33,10 +33,13 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ..ir import hlo
 from ..lowering.choices import pool_by_patches
-from ..ir.mlir import elem, ir, shape, tensor_type
+from ..ir.mlir import elem, ir, is_float, shape, tensor_type
 from ..lowering.patches import Windows, col2im, pad_windows, phase_shape, tap_slices, unpad, window_slice, window_sum
+from .indexing import is_selection
 from .reductions import inputs_and_inits, reduce_kind
 from ..transforms.forward import by_transposition, linear
 from ..transforms.batching import Batcher, MissingBatchingRule, prepended, remake
@@ -144,11 +147,17 @@ def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
                       hlo.divide(transposed_window_sum(none_zero, xs, w), hlo.select(is_zero, one, x)))
 
 
-def is_constant(v: ir.Value) -> bool:
-    """A constant, possibly broadcast, reshaped or converted (JAX's init values)."""
+def _through_reshapes(v: ir.Value) -> ir.Value:
+    """``v`` before any broadcast, reshape or convert."""
     while isinstance(v, ir.OpResult) and v.owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape",
                                                           "stablehlo.convert"):
         v = v.owner.operands[0]
+    return v
+
+
+def is_constant(v: ir.Value) -> bool:
+    """A constant, possibly broadcast, reshaped or converted (JAX's init values)."""
+    v = _through_reshapes(v)
     return isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.constant"
 
 
@@ -192,11 +201,122 @@ def _dynamic_window(x: ir.Value, init: ir.Value, ct: ir.Value, kind: str, w: Win
     return total
 
 
+# A scalar body evaluated in Python (float64) to recognise what it computes, whatever ops
+# JAX spelled it with (logaddexp: max + log1p(exp(-|a - b|)), with a NaN guard).
+_SCALAR_OPS = {
+    "stablehlo.add": np.add, "stablehlo.subtract": np.subtract, "stablehlo.multiply": np.multiply,
+    "stablehlo.divide": np.divide, "stablehlo.maximum": np.maximum, "stablehlo.minimum": np.minimum,
+    "stablehlo.negate": np.negative, "stablehlo.abs": np.abs, "stablehlo.exponential": np.exp,
+    "stablehlo.log": np.log, "stablehlo.log_plus_one": np.log1p, "stablehlo.exponential_minus_one": np.expm1,
+    "stablehlo.select": lambda p, a, b: a if p else b,
+}
+_DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
+               "GE": np.greater_equal}
+
+
+def _evaluate_body(block, args: list[float]) -> list[float] | None:
+    """The block's results for scalar ``args``; None where it holds an op not listed above."""
+    env = dict(zip(block.arguments, args))
+    ops = [o.operation for o in block.operations]
+    with np.errstate(all="ignore"):
+        for inner in ops[:-1]:
+            if inner.name == "stablehlo.constant":
+                value = hlo.scalar_constant(inner.results[0])
+                if value is None:
+                    return None
+                env[inner.results[0]] = np.float64(value)
+                continue
+            if any(v not in env for v in inner.operands):
+                return None
+            operands = [env[v] for v in inner.operands]
+            if inner.name == "stablehlo.compare":
+                env[inner.results[0]] = bool(_DIRECTIONS[hlo.read_direction(inner)](*operands))
+            elif inner.name in _SCALAR_OPS:
+                env[inner.results[0]] = _SCALAR_OPS[inner.name](*operands)
+            else:
+                return None
+    returned = list(ops[-1].operands)
+    return [env[v] for v in returned] if all(v in env for v in returned) else None
+
+
+def is_logaddexp(op: ir.Operation) -> bool:
+    """Whether ``op``'s body computes log(exp(a) + exp(b)) (JAX's cumlogsumexp) with a -inf
+    init value, checked at sample points."""
+    if len(op.operands) != 2 or hlo.scalar_constant(_through_reshapes(op.operands[1])) != -np.inf:
+        return False
+    block = op.regions[0].blocks[0]
+    for a, b in ((0.3, -1.2), (2.0, 2.5), (-3.0, 1.0), (-np.inf, 0.7)):
+        got = _evaluate_body(block, [np.float64(a), np.float64(b)])
+        if got is None or len(got) != 1 or not np.isclose(got[0], np.logaddexp(a, b), rtol=1e-12):
+            return False
+    return True
+
+
+def _window_logsumexp(x: ir.Value, y: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
+    """y = log(window_sum(exp(x))): d x_i = exp(x_i) T(ct exp(-y)), shifted by the largest x (so
+    exp(x - m) <= 1); windows that hold only padding (y = -inf) give nothing."""
+    rank = len(shape(x))
+    m = hlo.reduce(x, range(rank), "max")
+    m = hlo.select(hlo.compare(m, hlo.like(-np.inf, m), "EQ"), hlo.like(0, m), m)
+    weight = hlo.unary("stablehlo.exponential", hlo.subtract(x, hlo.broadcast_in_dim(m, shape(x), [])))
+    empty = hlo.compare(y, hlo.like(-np.inf, y), "EQ")
+    share = hlo.multiply(ct, hlo.unary("stablehlo.exponential", hlo.subtract(hlo.broadcast_in_dim(m, shape(y), []), y)))
+    share = hlo.select(empty, hlo.like(0, share), share)
+    return hlo.multiply(weight, transposed_window_sum(share, shape(x), w))
+
+
+def _selection_key(op: ir.Operation) -> tuple[int, str] | None:
+    """(k, "max"/"min") when ``op``'s body keeps, for every operand, the one of each pair that
+    a comparison of operand ``k``'s pair picks (JAX's ``select_and_gather_add``: the values
+    at each window's maximum or minimum of the keys); None for any other body."""
+    n = len(op.results)
+    if not is_selection(op, n):
+        return None
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+    for k, v in enumerate(list(block.operations)[-1].operation.operands):
+        owner = v.owner if isinstance(v, ir.OpResult) else None
+        if owner is None or owner.name != "stablehlo.select":
+            continue
+        pred, picked = owner.operands[0], owner.operands[1]
+        tests = [pred.owner] if isinstance(pred, ir.OpResult) else []
+        if tests and tests[0].name == "stablehlo.or":  # a NaN or tie-break clause beside the comparison
+            tests = [w.owner for w in tests[0].operands if isinstance(w, ir.OpResult)]
+        for test in tests:
+            if test.name == "stablehlo.compare" and set(test.operands) == {args[k], args[n + k]}:
+                direction = hlo.read_direction(test)
+                if direction in ("GT", "GE", "LT", "LE"):
+                    greater = direction in ("GT", "GE")
+                    return k, "max" if greater == (picked == test.operands[0]) else "min"
+    return None
+
+
+def _selection_window(op, cts) -> tuple:
+    """d x_j = ct_j at the window's first maximum (minimum) of the key operand; the init values
+    and integer operands get nothing (ties between equal keys: the first, as for max pooling)."""
+    found = _selection_key(op)
+    if found is None or any(not is_constant(v) for v in list(op.operands)[len(op.results):]):
+        raise missing(op, " with this body or a non-constant init value")
+    k, kind = found
+    n, w = len(op.results), Window(op)
+    key, init = op.operands[k], op.operands[n + k]
+    if not hlo.is_static(key):
+        raise missing(op, " (a selecting body) over run-time dimensions")
+    grads = [_argwindow(key, init, ct, kind, w) if ct is not None and is_float(x) else None
+             for x, ct in zip(list(op.operands)[:n], cts)]
+    return (*grads, *[None] * n)
+
+
 @adjoint("stablehlo.reduce_window")
 def _reduce_window(op, cts):
-    """add: d x = T(ct); max/min: ct to each window's first winner; mul: see the module docstring"""
+    """add: d x = T(ct); max/min: ct to each window's first winner; mul: see the module docstring;
+    several operands whose body selects by one of them: ``_selection_window``"""
+    if len(op.operands) > 2:
+        return _selection_window(op, cts)
     kind = reduce_kind(op)
     x, init = op.operands
+    if kind is None and hlo.is_static(x) and is_logaddexp(op):
+        return _window_logsumexp(x, op.results[0], cts[0], Window(op)), None
     if kind is None or not is_constant(init):
         raise missing(op, " with this body or a non-constant init value")
     (ct,) = cts

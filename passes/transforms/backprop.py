@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..ir import hlo
 from ..ir.mlir import elem, ir, is_float, loc_name, shape, tensor_type
-from .registry import Cotangent, MissingAdjointError, Rule, lookup, missing
+from .registry import SITES, Cotangent, MissingAdjointError, Rule, lookup, missing
 
 AGGREGATIONS = ("add_n", "tree")
 RuleFor = Callable[[ir.Operation], Rule | None]
@@ -309,12 +309,43 @@ def _needs_static(op: ir.Operation) -> MissingAdjointError | None:
     return None
 
 
+def _empty(v: ir.Value) -> bool:
+    """A tensor with a static zero-size dimension: its cotangent is empty, its operands get zeros."""
+    return isinstance(v.type, ir.RankedTensorType) and 0 in shape(v)
+
+
+class InternalError(RuntimeError):
+    """One of irgrad's own adjoint rules failed in a way no module should cause: a bug in
+    irgrad, said in one line with the op and its location (never a bare Python message such
+    as ``too many values to unpack``)."""
+
+    @classmethod
+    def at(cls, op: ir.Operation, error: BaseException) -> InternalError:
+        what = (str(error).splitlines() or [""])[0]
+        site = SITES.get(("adjoint", op.name), "?")
+        whose = ("a bug in irgrad: please report it with this module" if site.startswith("irgrad.")
+                 else f"a bug in the rule registered by {site}")
+        return cls(f"internal error in the adjoint rule of '{op.name}' at {op.location}: "
+                   f"{type(error).__name__}: {what} ({whose})")
+
+
+# Exceptions only a mistake in a rule raises (a refusal is a MissingAdjointError or a ValueError).
+_PYTHON_BUGS = (TypeError, IndexError, KeyError, AttributeError, AssertionError, ZeroDivisionError, NameError,
+                RecursionError)
+
+
+def is_python_bug(error: ValueError) -> bool:
+    """A ValueError the interpreter raised for a rule's own mistake (unpacking), not a refusal."""
+    return str(error).startswith(("too many values to unpack", "not enough values to unpack"))
+
+
 def _walk(order, pending, total, rule_for, gate, name) -> None:
     for op in reversed(order):
         cts = [total(r) for r in op.results]
-        if all(ct is None for ct in cts):
-            continue
+        if all(ct is None for ct in cts) or all(_empty(r) for r in op.results):
+            continue  # nothing arrives; an empty result (a zero-size convolution) carries nothing back
         rule = rule_for(op) if rule_for is not None else None
+        registered = rule is None
         if rule is None:
             rule = lookup(op)
             if rule is None:  # nondifferentiable: its inputs get nothing
@@ -327,8 +358,14 @@ def _walk(order, pending, total, rule_for, gate, name) -> None:
             except ValueError as error:
                 refusal = _needs_static(op) if "static" in str(error) else None
                 if refusal is None:
+                    if registered and is_python_bug(error):
+                        raise InternalError.at(op, error) from error
                     raise
                 raise refusal from None
+            except _PYTHON_BUGS as error:
+                if not registered:  # a rule the caller passed (a custom gradient): its own error
+                    raise
+                raise InternalError.at(op, error) from error
             _check(op, operands, grads)
             if all(ct is None or hlo.is_zero_constant(ct) for ct in cts):
                 # Only symbolic zeros arrive: the operands the rule reaches get zeros, and

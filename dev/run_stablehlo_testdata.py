@@ -1,0 +1,167 @@
+"""Run OpenXLA StableHLO's ``testdata/`` programs through irgrad's numeric checker.
+
+Each testdata file is a JAX-generated module: ``@main()`` calls ``@inputs()`` for its
+arguments, applies one primitive and checks the result against ``@expected()``. This script
+turns ``@main`` into a function of those inputs (the check and ``@expected`` dropped), reads
+the inputs by running ``@inputs`` through IREE, and checks irgrad's ``@main_vjp`` against
+float64 central differences (``tests/gradcheck.py``: float32 programs are promoted to f64
+first, so the differences are exact enough to compare).
+
+    python dev/run_stablehlo_testdata.py DIR_OR_FILES... [--match REGEX]
+
+``DIR`` is a checkout's ``stablehlo/testdata`` (``git clone https://github.com/openxla/stablehlo``).
+It prints one line per file (``ok`` / ``forward`` (IREE cannot compile the forward) /
+``refused`` / ``wrong`` / ``error`` / ``skipped``, with the first line of the reason) and the counts; every
+compile runs in a child process under a 8 GB address-space limit. ``tests/test_peer_suites.py``
+holds small programs converted this way (``as_function``).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+_CALL = re.compile(r"^\s*(%\w+)(?::(\d+))? = (?:func\.)?call @inputs\(\) : \(\) -> \(?(.*?)\)?\s*$")
+_EXPECTED = re.compile(r"^\s*%\w+(?::\d+)? = (?:func\.)?call @expected\(\).*$")
+_CHECK = re.compile(r"^\s*stablehlo\.custom_call @check\..*$")
+_MAIN = re.compile(r"func\.func public @main\(\)")
+
+
+def _split_types(types: str) -> list[str]:
+    """``tensor<2x3xf32>, tensor<f32>`` → its types (commas inside ``<>`` kept)."""
+    out, depth, cur = [], 0, ""
+    for ch in types:
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + ([cur.strip()] if cur.strip() else [])
+
+
+def as_function(text: str, f64: bool = False) -> tuple[str, str]:
+    """(the module with ``@main`` taking the inputs as arguments, the module whose public
+    ``@inputs`` gives them). ``f64``: every f32 type becomes f64 (the checker's precision)."""
+    lines: list[str] = []
+    types: list[str] = []
+    name = count = None
+    for line in text.splitlines():
+        if line.startswith("//"):
+            continue
+        m = _CALL.match(line)
+        if m:
+            name, count, types = m.group(1), m.group(2), _split_types(m.group(3))
+            continue
+        if _EXPECTED.match(line) or _CHECK.match(line):
+            continue
+        lines.append(line)
+    if name is None:
+        raise ValueError("no `call @inputs()` in @main")
+    body = "\n".join(lines)
+    args = ", ".join(f"%input{i}: {t}" for i, t in enumerate(types))
+    body = _MAIN.sub(f"func.func public @main({args})", body, count=1)
+    start = body.index("func.func public @main(")
+    end = body.find("\n  func.func", start)
+    end = len(body) if end < 0 else end
+    main = body[start:end]  # the names are @main's own: other functions reuse them
+    if count is None:
+        main = re.sub(re.escape(name) + r"\b(?![#:])", "%input0", main)
+    else:
+        for i in range(int(count)):
+            main = re.sub(re.escape(name) + f"#{i}" + r"\b", f"%input{i}", main)
+    body = body[:start] + main + body[end:]
+    inputs = text.replace("func.func private @inputs", "func.func public @inputs")
+    inputs = re.sub(r"func\.func public @main\(\).*?\n  }\n", "", inputs, count=1, flags=re.S)
+    if f64:
+        body, inputs = _to_f64(body), _to_f64(inputs)
+    return body, inputs
+
+
+_HEX = re.compile(r'dense<("?)0x([0-9A-Fa-f]+)"?>(\s*:\s*tensor<[^>]*f32>)')
+
+
+def _to_f64(text: str) -> str:
+    """Every f32 type made f64, hex-encoded f32 constants re-encoded."""
+    import numpy as np
+
+    def widen(m: re.Match) -> str:
+        quote, digits = m.group(1), m.group(2)
+        if quote:  # little-endian bytes
+            data = np.frombuffer(bytes.fromhex(digits), np.float32).astype("<f8")
+            return f'dense<"0x{data.tobytes().hex().upper()}">{m.group(3)}'
+        bits = np.array([int(digits, 16)], np.uint32).view(np.float32).astype(np.float64).view(np.uint64)[0]
+        return f"dense<0x{int(bits):016X}>{m.group(3)}"
+    return _HEX.sub(widen, text).replace("xf32>", "xf64>").replace("<f32>", "<f64>")
+
+
+def read_inputs(inputs_module: str):
+    """The arrays ``@inputs`` returns (run through IREE on llvm-cpu)."""
+    import numpy as np
+
+    import irgrad as ig
+    m = ig.compile(inputs_module, target="llvm-cpu").load()
+    return [np.asarray(a) for a in m["inputs"].call_flat()]
+
+
+def check_file(path: Path) -> tuple[str, str]:
+    """(verdict, reason) for one testdata file."""
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import gradcheck
+
+    text = path.read_text()
+    try:
+        module, inputs = as_function(text, f64=True)
+        args = read_inputs(inputs)
+    except Exception as error:  # noqa: BLE001 - a verdict, reported per file
+        return "skipped", str(error).splitlines()[0] if str(error) else type(error).__name__
+    if not any(np.asarray(a).dtype.kind == "f" for a in args):
+        return "skipped", "no float input"
+    try:
+        outputs = gradcheck._load(module)["main"].call_flat(*args)
+    except Exception as error:  # noqa: BLE001
+        return "forward", (str(error).splitlines() or [""])[0]
+    if not all(np.isfinite(np.asarray(o)).all() for o in outputs if np.asarray(o).dtype.kind == "f"):
+        return "skipped", "the forward has non-finite values at these inputs: no differences to compare"
+    try:
+        gradcheck.check_module(module, args, rtol=1e-5, atol=1e-8)
+    except AssertionError as error:
+        return "wrong", str(error).splitlines()[0]
+    except Exception as error:  # noqa: BLE001
+        first = (str(error).splitlines() or [""])[0]
+        return ("refused" if "No adjoint rule" in first else "error"), first
+    return "ok", ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path)
+    parser.add_argument("--match", default=".*", help="only files whose name matches this regex")
+    options = parser.parse_args()
+    files = []
+    for p in options.paths:
+        files += sorted(p.glob("*.mlir")) if p.is_dir() else [p]
+    files = [f for f in files if re.search(options.match, f.name) and re.search(r"float(32|64)", f.name)]
+    counts: dict[str, int] = {}
+    for f in files:
+        child = subprocess.run(
+            ["prlimit", "--as=8000000000", sys.executable, __file__, "--one", str(f)],
+            capture_output=True, text=True, timeout=900) if "--one" not in sys.argv else None
+        out = (child.stdout.strip().splitlines() or [f"error\t{(child.stderr.strip().splitlines() or ['crashed'])[-1]}"])[-1]
+        verdict = out.split("\t")[0]
+        counts[verdict] = counts.get(verdict, 0) + 1
+        print(f"{f.name}\t{out}", flush=True)
+    print(" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--one":
+        verdict, reason = check_file(Path(sys.argv[2]))
+        print(f"{verdict}\t{reason}")
+        sys.exit(0)
+    sys.exit(main())
