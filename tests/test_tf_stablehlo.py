@@ -52,7 +52,7 @@ def test_every_fixture_has_references():
 
 @pytest.mark.parametrize("name", _params(KNOWN_FORWARD))
 def test_forward_matches_tensorflow(name):
-    TF.check_forward(name, TF.forward_only(name) if name in KNOWN else TF.compiled(name))
+    TF.check_forward(name, TF.forward_only(name) if name in KNOWN else TF.compiled(name, None))
 
 
 @pytest.mark.parametrize("name", _params(KNOWN))
