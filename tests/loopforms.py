@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -20,17 +21,25 @@ from irgrad.passes.lowering import choices
 RUN_TIME = "its loops' trip counts are known at run time only"
 
 
-def params(names: Iterable[str], loops: Iterable[str], run_time: Iterable[str] = ()) -> list:
+def params(names: Iterable[str], loops: Iterable[str], run_time: Iterable[str] = (),
+           marks: Mapping[str, Any] = MappingProxyType({}), unrolled_only: Mapping[str, str] = MappingProxyType({})
+           ) -> list:
+    """The cases ``names`` (``marks``: a case's pytest marks) as ``name, loop_form`` parameters;
+    ``unrolled_only``: the cases whose loops have no looped form, and why."""
     loops, run_time = set(loops), set(run_time)
     out = []
     for name in names:
-        if name in run_time:
+        mark = list(marks.get(name, ()))
+        if name in unrolled_only:
+            out.append(pytest.param(name, "unrolled", id=f"{name}-unrolled",
+                                    marks=[*mark, pytest.mark.loop_forms("unrolled", reason=unrolled_only[name])]))
+        elif name in run_time:
             out.append(pytest.param(name, "looped", id=f"{name}-looped",
-                                    marks=pytest.mark.loop_forms("looped", reason=RUN_TIME)))
+                                    marks=[*mark, pytest.mark.loop_forms("looped", reason=RUN_TIME)]))
         elif name in loops:
-            out += [pytest.param(name, form, id=f"{name}-{form}") for form in choices.LOOP_FORMS]
+            out += [pytest.param(name, form, id=f"{name}-{form}", marks=mark) for form in choices.LOOP_FORMS]
         else:
-            out.append(pytest.param(name, None, id=name))
+            out.append(pytest.param(name, None, id=name, marks=mark))
     return out
 
 

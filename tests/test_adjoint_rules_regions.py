@@ -20,6 +20,7 @@ from irgrad.passes.lowering import choices
 from irgrad.passes.rules.control_flow import trip_count
 
 import gradcheck
+import loopforms
 from gradcheck import check_module
 
 rng = np.random.default_rng(4321)
@@ -865,8 +866,10 @@ SECOND_ORDER = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SECOND_ORDER))
-def test_second_order(name):
+@pytest.mark.parametrize("name, loop_form", loopforms.params(sorted(SECOND_ORDER), ["fori", "scan", "nested_loops"]),
+                         indirect=["loop_form"])
+def test_second_order(name, loop_form):
+    """The loops' adjoints unrolled and taped (conftest.py's loop_form)."""
     text, args = SECOND_ORDER[name]
     # The forward mode of a case's adjoint is checked apart: IREE 3.13 mis-runs it (below).
     check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name})",
@@ -881,30 +884,18 @@ def test_forward_over_reverse_through_case():
     check_module(passes.differentiate(text), args, func="f_grad", what="forward mode of @f_grad (case)")
 
 
-@pytest.mark.parametrize("name", ["fori", "scan", "nested_loops"])
-def test_second_order_through_taped_loops(name, monkeypatch):
-    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
-    text, args = SECOND_ORDER[name]
-    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name}, taped)")
-
-
-def test_second_order_case_inside_unrolled_scan():
+def test_second_order_case_inside_scan(loop_form):
+    """Unrolled and taped (conftest.py's loop_form); the taped form runs on the default device,
+    local-sync for a module this small (loader.default_driver)."""
     text, args = LOOP_CASES["case_inside_scan"]
-    check_module(passes.differentiate(text), args, func="f_grad")
+    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({loop_form})")
 
 
-def test_second_order_case_inside_taped_scan(monkeypatch):
-    """Runs on the default device, local-sync for a module this small (loader.default_driver)."""
-    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
-    text, args = LOOP_CASES["case_inside_scan"]
-    check_module(passes.differentiate(text), args, func="f_grad")
-
-
+@pytest.mark.loop_forms("looped", reason="the local-task failure is the taped form's")
 @pytest.mark.xfail(strict=True, reason="IREE 3.13 upstream bug: on local-task (worker threads) the second-order "
                                        "module fails at run time with FAILED_PRECONDITION 'transient buffer has "
                                        "not been committed'; local-sync runs it right")
-def test_second_order_case_inside_taped_scan_on_local_task(monkeypatch):
-    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
+def test_second_order_case_inside_taped_scan_on_local_task(loop_form, monkeypatch):
     monkeypatch.setattr(ig.runtime.loader, "default_driver", lambda metadata, known=None: "local-task")
     monkeypatch.setattr(gradcheck, "_module_cache", {})
     text, args = LOOP_CASES["case_inside_scan"]
