@@ -33,7 +33,9 @@ def isolated_cache_dir(tmp_path_factory):
 # when a form it runs in was not taken by any loop it differentiated, or was skipped, so that no
 # choice in passes/lowering/choices.py can hide a path from the loop tests again. A test pins one
 # form with ``@pytest.mark.loop_forms("looped", reason=...)`` (a pinned test fails if one of its
-# loops could take the other form), or opts out with ``loop_forms(None, reason=...)``.
+# loops could take the other form), or opts out with ``loop_forms(None, reason=...)``. A test over
+# cases of which only some hold loops parametrizes ``loop_form`` itself (``loopforms.params``): a
+# case run in no form (None) fails if it differentiates a loop after all.
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
@@ -44,7 +46,9 @@ def pytest_configure(config):
 
 
 def pytest_generate_tests(metafunc):
-    if "loop_form" in metafunc.fixturenames:
+    explicit = any("loop_form" in (m.args[0].replace(" ", "").split(",") if isinstance(m.args[0], str) else m.args[0])
+                   for m in metafunc.definition.iter_markers("parametrize"))
+    if "loop_form" in metafunc.fixturenames and not explicit:
         from irgrad.passes.lowering import choices
 
         marker = metafunc.definition.get_closest_marker("loop_forms")
@@ -67,22 +71,24 @@ def loop_form(request):
     form, marker = request.param, request.node.get_closest_marker("loop_forms")
     if marker is not None and not marker.kwargs.get("reason"):
         pytest.fail("loop_forms(...) needs a reason: every loop test runs in every form unless it says why not")
-    if form is None:
-        yield form
-        return
     before = collections.Counter(choices.LOOP_FORMS_TAKEN)
     with choices.loop_form(form):
         yield form
     report = request.node.stash.get(_CALL_REPORT, None)
     if report is None or report.failed or hasattr(report, "wasxfail"):
         return
-    if report.skipped:
-        pytest.fail(f"skipped in the {form} form: a loop test runs in every form it declares")
     taken = collections.Counter(choices.LOOP_FORMS_TAKEN)
     taken.subtract(before)
+    if form is None:
+        if marker is None and (taken["looped"] or taken["unrolled"]):
+            pytest.fail("a case run in no loop form differentiated a loop: list it among the loop cases "
+                        "(loopforms.params)")
+        return
+    if report.skipped:
+        pytest.fail(f"skipped in the {form} form: a loop test runs in every form it declares")
     if taken[form] == 0:
         pytest.fail(f"no loop was differentiated {form}: the test does not exercise that form (a test whose "
                     "loops all have a run-time trip count has no unrolled form: loop_forms('looped', reason=...))")
-    if marker is not None and len(marker.args) < len(choices.LOOP_FORMS) and taken["unrollable"]:
+    if marker is not None and "unrolled" not in marker.args and taken["unrollable"]:
         pytest.fail(f"pinned to {marker.args}, but {taken['unrollable']} of its loops can be unrolled: "
                     "run it in every form")

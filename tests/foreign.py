@@ -15,6 +15,8 @@ import numpy as np
 import irgrad as ig
 from irgrad import passes
 
+import loopforms
+
 RTOL, ATOL = 1e-4, 1e-5
 
 
@@ -39,9 +41,10 @@ class Fixtures:
         with np.load(self.directory / f"{name}.npz") as z:
             return {k: z[k] for k in z.files}
 
-    @functools.cache  # noqa: B019 (one instance per fixture folder, alive for the session)
-    def compiled(self, name: str):
-        """@main, @main_grad and @main_vjp in one module, compiled once per fixture."""
+    @loopforms.cached
+    def compiled(self, name: str, form: str | None):
+        """@main, @main_grad and @main_vjp in one module, compiled once per fixture and loop form
+        (``choices.loop_form``: the form of the while adjoint, None for the default)."""
         return ig.compile(passes.differentiate(self.text(name), "main", grad=True, vjp=True)).load()
 
     @functools.cache  # noqa: B019 (one instance per fixture folder, alive for the session)
@@ -81,21 +84,21 @@ class Fixtures:
             else:
                 np.testing.assert_array_equal(got, want)
 
-    def check_grad(self, name: str) -> None:
+    def check_grad(self, name: str, form: str | None = None) -> None:
         data = self.data(name)
-        grads = self.compiled(name)["main_grad"].call_flat(*numbered(data, "arg"))
+        grads = self.compiled(name, form)["main_grad"].call_flat(*numbered(data, "arg"))
         want = numbered(data, "grad")
         assert len(grads) == len(want) == len(data["wrt"])
         for k, (got, ref) in enumerate(zip(grads, want)):
             np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=f"{name}: d arg{data['wrt'][k]}")
 
-    def check_vjp(self, name: str) -> None:
+    def check_vjp(self, name: str, form: str | None = None) -> None:
         data = self.data(name)
         args, outs = numbered(data, "arg"), numbered(data, "out")
         given = dict(zip(data["float_outs"].tolist(), numbered(data, "cotangent")))
         # @main_vjp takes one cotangent per result; those of integer results are ignored.
         cts = [given.get(i, np.zeros_like(o)) for i, o in enumerate(outs)]
-        vjps = self.compiled(name)["main_vjp"].call_flat(*args, *cts)
+        vjps = self.compiled(name, form)["main_vjp"].call_flat(*args, *cts)
         want = numbered(data, "vjp")
         assert len(vjps) == len(want)
         for k, (got, ref) in enumerate(zip(vjps, want)):

@@ -20,6 +20,7 @@ from irgrad.passes.lowering import choices
 from irgrad.passes.rules.control_flow import trip_count
 
 import gradcheck
+import loopforms
 from gradcheck import check_module
 
 rng = np.random.default_rng(4321)
@@ -678,7 +679,8 @@ def test_trip_count(name, n):
     assert trip_count(loop) == n
 
 
-def test_data_dependent_trip_count_counts_then_records():
+@pytest.mark.loop_forms("looped", reason=loopforms.RUN_TIME)
+def test_data_dependent_trip_count_counts_then_records(loop_form):
     """``while sum(x) < 2: x = sin(x) + x``: no static count (``trip_count`` is None); the
     gradient counts the iterations, records that many, and reverses them."""
     text = _f("%a: tensor<3xf64>",
@@ -714,8 +716,9 @@ def _float_counted_loop(step: str, update: str = "stablehlo.add") -> str:
               " return %0#1 : tensor<3xf32>", "tensor<3xf32>")
 
 
-@pytest.mark.parametrize("step, n", [("2.5", 4), ("1.0e-01", 100)])
-def test_float_counter_is_counted_in_its_own_arithmetic(step, n):
+@pytest.mark.parametrize("step, n, loop_form", [("2.5", 4, "unrolled"), ("2.5", 4, "looped"), ("1.0e-01", 100, None)],
+                         indirect=["loop_form"])
+def test_float_counter_is_counted_in_its_own_arithmetic(step, n, loop_form):
     """``while y < 10.`` stepped by a float constant: counted as float32 runs it (0.1 steps
     pass 10 after 100 iterations in float32, after 101 in float64), then differentiated."""
     module = passes.parse_module(_float_counted_loop(step))
@@ -726,12 +729,13 @@ def test_float_counter_is_counted_in_its_own_arithmetic(step, n):
     for _ in range(n):
         y = np.float32(y + np.float32(float(step)))
     assert y >= 10 and np.float32(y - np.float32(float(step))) < 10
-    if n < 10:
+    if n < 10:  # differentiated in both forms (conftest.py's loop_form)
         check_module(_float_counted_loop(step), [np.array([0.3, -0.2, 0.1], np.float32)], eps=1e-3, rtol=2e-2,
                      atol=1e-3)
 
 
-def test_float_loop_with_a_data_dependent_count_is_differentiated():
+@pytest.mark.loop_forms("looped", reason=loopforms.RUN_TIME)
+def test_float_loop_with_a_data_dependent_count_is_differentiated(loop_form):
     """``while y < 10.: y = y * 2`` from 0. never ends; from 1. it runs 4 times: not a counted
     loop (the issue's raw MLIR cast error), differentiated as a data-dependent one."""
     text = _float_counted_loop("2.0", "stablehlo.multiply").replace("dense<0.0> : tensor<f32>", "dense<1.0> : tensor<f32>", 1)
@@ -865,8 +869,10 @@ SECOND_ORDER = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SECOND_ORDER))
-def test_second_order(name):
+@pytest.mark.parametrize("name, loop_form", loopforms.params(sorted(SECOND_ORDER), ["fori", "scan", "nested_loops"]),
+                         indirect=["loop_form"])
+def test_second_order(name, loop_form):
+    """The loops' adjoints unrolled and taped (conftest.py's loop_form)."""
     text, args = SECOND_ORDER[name]
     # The forward mode of a case's adjoint is checked apart: IREE 3.13 mis-runs it (below).
     check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name})",
@@ -881,30 +887,18 @@ def test_forward_over_reverse_through_case():
     check_module(passes.differentiate(text), args, func="f_grad", what="forward mode of @f_grad (case)")
 
 
-@pytest.mark.parametrize("name", ["fori", "scan", "nested_loops"])
-def test_second_order_through_taped_loops(name, monkeypatch):
-    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
-    text, args = SECOND_ORDER[name]
-    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({name}, taped)")
-
-
-def test_second_order_case_inside_unrolled_scan():
+def test_second_order_case_inside_scan(loop_form):
+    """Unrolled and taped (conftest.py's loop_form); the taped form runs on the default device,
+    local-sync for a module this small (loader.default_driver)."""
     text, args = LOOP_CASES["case_inside_scan"]
-    check_module(passes.differentiate(text), args, func="f_grad")
+    check_module(passes.differentiate(text), args, func="f_grad", what=f"d/dx of @f_grad ({loop_form})")
 
 
-def test_second_order_case_inside_taped_scan(monkeypatch):
-    """Runs on the default device, local-sync for a module this small (loader.default_driver)."""
-    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
-    text, args = LOOP_CASES["case_inside_scan"]
-    check_module(passes.differentiate(text), args, func="f_grad")
-
-
+@pytest.mark.loop_forms("looped", reason="the local-task failure is the taped form's")
 @pytest.mark.xfail(strict=True, reason="IREE 3.13 upstream bug: on local-task (worker threads) the second-order "
                                        "module fails at run time with FAILED_PRECONDITION 'transient buffer has "
                                        "not been committed'; local-sync runs it right")
-def test_second_order_case_inside_taped_scan_on_local_task(monkeypatch):
-    monkeypatch.setattr(choices, "MAX_UNROLLED_OPS", 0)
+def test_second_order_case_inside_taped_scan_on_local_task(loop_form, monkeypatch):
     monkeypatch.setattr(ig.runtime.loader, "default_driver", lambda metadata, known=None: "local-task")
     monkeypatch.setattr(gradcheck, "_module_cache", {})
     text, args = LOOP_CASES["case_inside_scan"]

@@ -442,7 +442,8 @@ def test_recompute_grad_differentiates_the_variables_it_reads():
         np.testing.assert_allclose(b, a, rtol=1e-13)
 
 
-def test_recompute_grad_in_a_loop_body_records_its_inputs_only():
+@pytest.mark.loop_forms("looped", reason="300 iterations: past the unrolling budget")
+def test_recompute_grad_in_a_loop_body_records_its_inputs_only(loop_form):
     """300 iterations of a cell: the reverse pass records h and the reduction at every step
     (the products it recomputes); with the cell under recompute_grad, h only."""
     def run(cell):

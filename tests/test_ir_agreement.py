@@ -10,6 +10,7 @@ import pytest
 
 import irgrad as ig
 from irgrad import passes
+from irgrad.passes.lowering import choices
 from irgrad.passes.transforms.registry import NONDIFFERENTIABLE, RULES
 
 
@@ -352,10 +353,11 @@ _ARGS = [np.array([[0.35, 0.8], [0.55, 0.15]]), np.array([[0.6, 0.25], [0.9, 0.4
 _FLOAT = [0, 1, 3, 4]
 
 
-def _scalars(*args):
-    """One scalar per op: its output weighted by fixed pseudo-random numbers and summed."""
+def _scalars(*args, names=None):
+    """One scalar per op (``names``: those ops only): its output weighted by fixed pseudo-random
+    numbers and summed."""
     out = []
-    for n, name in enumerate(sorted(OP_TABLE)):
+    for n, name in enumerate(names or sorted(OP_TABLE)):
         y = ig.cast(OP_TABLE[name](*args), ig.float64)
         w = np.cos(np.arange(np.prod(y.shape)) + n).reshape(tuple(y.shape))
         out.append(ig.reduce_sum(y * w))
@@ -381,17 +383,27 @@ def test_every_op_lowers_to_ops_with_an_adjoint_rule():
             "stablehlo.reduce_window", "stablehlo.composite"} <= seen
 
 
-def test_every_op_differentiates_the_same_in_process_and_exported():
+LOOP_ROWS = ["while_loop"]  # the ops whose gradients differentiate a while loop
+
+
+@pytest.mark.parametrize("rows, loop_form", [pytest.param("ops", None, id="ops"),
+                                             *(pytest.param("loops", f, id=f"loops-{f}") for f in choices.LOOP_FORMS)],
+                         indirect=["loop_form"])
+def test_every_op_differentiates_the_same_in_process_and_exported(rows, loop_form):
     """ig.gradients of each op's scalar against the vector-Jacobian products of the exported
-    module (what irgrad grad / compile --grad build), for every float argument."""
-    names = sorted(OP_TABLE)
+    module (what irgrad grad / compile --grad build), for every float argument; the loops in
+    each form of the while adjoint (conftest.py's loop_form), the other ops once."""
+    names = [n for n in sorted(OP_TABLE) if (n in LOOP_ROWS) == (rows == "loops")]
 
     @ig.function(input_signature=_SPECS)
     def inside(*args):
         floats = [args[a] for a in _FLOAT]
-        return [ig.gradients(s, floats, unconnected_gradients="zero") for s in _scalars(*args)]
+        return [ig.gradients(s, floats, unconnected_gradients="zero") for s in _scalars(*args, names=names)]
 
-    lowered = ig.function(_scalars).lower(*_SPECS)
+    def scalars(*args):
+        return _scalars(*args, names=names)
+
+    lowered = ig.function(scalars).lower(*_SPECS)
     exported = ig.compile(passes.differentiate(lowered.mlir, lowered.name, wrt=_FLOAT, grad=False,
                                                vjp=True)).load()[f"{lowered.name}_vjp"]
     want = inside(*_ARGS)

@@ -561,13 +561,24 @@ def test_counted_but_pinned():
 @pytest.mark.loop_forms("looped")
 def test_pinned_without_reason():
     differentiate()
+
+
+@pytest.mark.parametrize("steps, loop_form", [
+    pytest.param(3, "looped", id="counted-looped"), pytest.param(0, None, id="no_loop"),
+    pytest.param(None, None, id="run_time-none"), pytest.param(3, None, id="counted-none"),
+    pytest.param(3, "unrolled", id="unrolled_only", marks=pytest.mark.loop_forms("unrolled", reason="no tape")),
+], indirect=["loop_form"])
+def test_cases(steps, loop_form):
+    if steps != 0:
+        differentiate(steps)
 '''
 
 
 @pytest.mark.loop_forms(None, reason="runs loop tests of its own")
 def test_a_loop_test_fails_when_a_form_is_not_exercised(tmp_path):
     """conftest.py's loop_form check, on tests that skip a form, exercise none, or pin one
-    without a reason or although their loop has both."""
+    without a reason or although their loop has both, and on cases that parametrize the form
+    themselves (tests/loopforms.py): a case run in no form must differentiate no loop."""
     import subprocess
     import sys
     from xml.etree import ElementTree
@@ -588,6 +599,10 @@ def test_a_loop_test_fails_when_a_form_is_not_exercised(tmp_path):
         "test_run_time_count_unpinned[looped]": "PASSED", "test_run_time_count[looped]": "PASSED",
         "test_counted_but_pinned[looped]": "ERROR pinned to ('looped',), but 1 of its loops can be unrolled",
         "test_pinned_without_reason[looped]": "ERROR loop_forms(...) needs a reason",
+        "test_cases[counted-looped]": "PASSED", "test_cases[no_loop]": "PASSED",
+        "test_cases[run_time-none]": "ERROR a case run in no loop form differentiated a loop",
+        "test_cases[counted-none]": "ERROR a case run in no loop form differentiated a loop",
+        "test_cases[unrolled_only]": "PASSED",
     }
     assert set(got) == set(expected), got
     for name, outcome in expected.items():

@@ -7,6 +7,7 @@ import pytest
 
 import irgrad as ig
 
+import loopforms
 from gradcheck import check_fn
 
 rng = np.random.default_rng(7)
@@ -237,7 +238,8 @@ MODELS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_model_gradients_numeric(name):
+@pytest.mark.parametrize("name, loop_form", loopforms.params(sorted(MODELS), ["rnn", "bounded_loop"]),
+                         indirect=["loop_form"])
+def test_model_gradients_numeric(name, loop_form):
     fn, args = MODELS[name]
     check_fn(fn, *args, rtol=1e-5)

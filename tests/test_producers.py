@@ -20,6 +20,7 @@ from irgrad import passes
 from irgrad.boundary import IRError, argument_names, module_text, respell_foreign
 from irgrad.cli import app
 
+import loopforms
 from foreign import Fixtures, numbered
 from test_jax_fixtures import JAX
 from test_tf_stablehlo import TF
@@ -74,8 +75,8 @@ def test_tf_bytecode_export_gives_tensorflows_gradients():
 
 # ----- JAX's portable artifacts (VHLO) ---------------------------------------------------------
 
-@pytest.mark.parametrize("name", PORTABLE)
-def test_jax_portable_artifacts_give_jaxs_gradients(name):
+@pytest.mark.parametrize("name, loop_form", loopforms.params(PORTABLE, ["scan_rnn"]), indirect=["loop_form"])
+def test_jax_portable_artifacts_give_jaxs_gradients(name, loop_form):
     data = (FIXTURES / "jax" / f"{name}.mlirbc").read_bytes()
     assert b"StableHLO_v" in data[:40]
     text = module_text(data)

@@ -33,6 +33,8 @@ import pytest
 
 import irgrad as ig
 
+import loopforms
+
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 
 
@@ -118,8 +120,9 @@ def _run_one(c) -> tuple[str, object]:
         return "error", e
 
 
-@functools.cache
-def _group_results(group: str) -> dict[str, tuple[str, object]]:
+@loopforms.cached
+def _group_results(group: str, form: str | None) -> dict[str, tuple[str, object]]:
+    """The group's cases traced into one function, differentiated with its loops in ``form``."""
     members = [c for c in cases.CASES if c.group == group]
     results: dict[str, tuple[str, object]] = {}
     batched = [c for c in members if not c.raises]
@@ -168,13 +171,16 @@ def _group_results(group: str) -> dict[str, tuple[str, object]]:
     return results
 
 
+# The groups whose programs hold while loops: each is differentiated as one function, so every case
+# of such a group runs once per form of the while adjoint (conftest.py's loop_form), the group's
+# loops forced into that form (a loop whose trip count is known at run time only stays looped).
+LOOP_GROUPS = {"control", "loops"}
+
+
 def _params():
-    out = []
-    for c in cases.CASES:
-        marks = [pytest.mark.xfail(strict=True, reason=f"DIFFERS FROM TF: {DIFFERS[c.name]}")] \
-            if c.name in DIFFERS else []
-        out.append(pytest.param(c.name, id=c.name, marks=marks))
-    return out
+    return loopforms.params([c.name for c in cases.CASES], [c.name for c in cases.CASES if c.group in LOOP_GROUPS],
+                            marks={name: [pytest.mark.xfail(strict=True, reason=f"DIFFERS FROM TF: {why}")]
+                                   for name, why in DIFFERS.items()})
 
 
 def test_table_and_references_agree():
@@ -188,10 +194,10 @@ def test_table_and_references_agree():
             np.testing.assert_array_equal(a, b, err_msg=f"{c.name}: stale inputs, regenerate")
 
 
-@pytest.mark.parametrize("name", _params())
-def test_matches_tensorflow(name):
+@pytest.mark.parametrize("name, loop_form", _params(), indirect=["loop_form"])
+def test_matches_tensorflow(name, loop_form):
     c, ref = cases.by_name(name), REFS[name]
-    status, got = _group_results(c.group)[name]
+    status, got = _group_results(c.group, loop_form)[name]
     if "error" in ref:
         err = ref["error"]
         if status != "error":

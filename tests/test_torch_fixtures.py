@@ -64,7 +64,7 @@ def test_fixtures_carry_what_torch_mlir_emits():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_forward_matches_torch(name):
-    TORCH.check_forward(name, TORCH.compiled(name))
+    TORCH.check_forward(name, TORCH.compiled(name, None))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -231,9 +231,12 @@ def _operation(op: ir.Operation, classes: _Classes, calls: dict[str, list[ir.Ope
                 classes.union(_dim(op.results[0], d), _element(limit, d))
     elif name == "stablehlo.while":
         # A carry keeps its shape: operand, the regions' arguments, what the body returns, result.
+        # A loop whose body has no terminator yet (a reverse loop the while adjoint is building,
+        # whose body's adjoint asked for these classes) relates its carries later.
         cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
-        returned = body.operations[len(body.operations) - 1].operation.operands
-        for k, v in enumerate(op.operands):
+        last = body.operations[len(body.operations) - 1].operation if len(body.operations) else None
+        returned = last.operands if last is not None and last.name == "stablehlo.return" else None
+        for k, v in enumerate(op.operands if returned is not None else ()):
             for other in (cond.arguments[k], body.arguments[k], returned[k], op.results[k]):
                 _same(classes, v, other)
     elif name == "tensor.expand_shape":
