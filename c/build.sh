@@ -53,6 +53,13 @@ else
   targets+=(iree-flatcc-cli iree-c-embed-data irgrad_sanitized)
 fi
 
+# A build folder configured from another checkout's c/ (a clone since removed, another branch)
+# would rebuild from that source, or fail where it is gone: start it afresh.
+if [ -f "$build/CMakeCache.txt" ] \
+   && [ "$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")" != "$here" ]; then
+  echo "c/build.sh: $build was configured for another checkout: building it afresh" >&2
+  rm -rf "$build"
+fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${source_flag[@]}" "${cross[@]}" >&2
 fi
