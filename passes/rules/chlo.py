@@ -13,7 +13,6 @@ import math
 
 from ..ir.hlo import add, binary, compare, conj, divide, like, multiply, negate, select, subtract, unary
 from ..transforms.backprop import COMPLEX_AWARE
-from .elementwise import through_masks
 from ..transforms.batching import elementwise
 from ..transforms.forward import diagonal, linear
 from ..transforms.registry import adjoint, batching, nondifferentiable, tangent
@@ -93,7 +92,6 @@ def _atanh(op, cts):
 
 
 @adjoint("chlo.lgamma")
-@through_masks
 def _lgamma(op, cts):
     """dx = ct * digamma(x)"""
     return (multiply(cts[0], unary("chlo.digamma", op.operands[0])),)
@@ -108,7 +106,6 @@ def _erf_inv(op, cts):
 
 
 @adjoint("chlo.digamma")
-@through_masks
 def _digamma(op, cts):
     """dx = ct * polygamma(1, x) = ct * zeta(2, x)"""
     x = op.operands[0]

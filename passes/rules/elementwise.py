@@ -8,7 +8,6 @@ exponent a zero gradient where the base is not positive.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 from ..ir import hlo
@@ -41,39 +40,6 @@ def _zero_where_ct_is_zero(ct: ir.Value, d: ir.Value) -> ir.Value:
     return hlo.select(undefined, zero, d)
 
 
-def _maybe_masked(ct: ir.Value, depth: int = 6) -> bool:
-    """Whether ``ct`` may be zero by a mask: a ``select`` made it (the adjoint of a select sends
-    0 to the branch it did not take), or a sum, difference or negation of such. Only there do the rules below pay for
-    :func:`_zero_where_ct_is_zero`."""
-    owner = ct.owner
-    if not isinstance(owner, (ir.Operation, ir.OpView)):
-        return False
-    name = owner.operation.name
-    if name == "stablehlo.select":
-        return True
-    return depth > 0 and name in _KEEPS_ZEROS and all(_maybe_masked(v, depth - 1) for v in owner.operands)
-
-
-# Linear ops whose result is zero wherever their operands are (the mask survives them).
-_KEEPS_ZEROS = {f"stablehlo.{n}" for n in "add subtract negate convert reshape transpose".split()}
-
-
-def through_masks(rule):
-    """An elementwise adjoint whose partial derivative can be infinite or NaN where the forward
-    took the other branch of a ``select`` (``where(x > 0, log(x) * a, 0)``): a masked zero
-    cotangent gives 0 there instead of ``0 · inf``, as JAX's double-``where`` does by hand
-    (issue 44: igammac's out-of-domain inputs)."""
-    @functools.wraps(rule)
-    def guarded(op, cts):
-        grads = rule(op, cts)
-        ct = cts[0]
-        if ct is None or is_complex(ct) or not _maybe_masked(ct):
-            return grads
-        return tuple(g if g is None or shape(g) != shape(ct) or is_complex(g) else _zero_where_ct_is_zero(ct, g)
-                     for g in grads)
-    return guarded
-
-
 # ----- arithmetic -----
 
 @adjoint("stablehlo.add")
@@ -97,7 +63,6 @@ def _subtract(op, cts):
 
 
 @adjoint("stablehlo.multiply")
-@through_masks
 def _multiply(op, cts):
     """da = ct * b, db = ct * a"""
     (ct,) = cts
@@ -106,7 +71,6 @@ def _multiply(op, cts):
 
 
 @adjoint("stablehlo.divide")
-@through_masks
 def _divide(op, cts):
     """da = ct / b, db = ct * ((-a / b) / b)"""
     (ct,) = cts
@@ -121,7 +85,6 @@ def _negate(op, cts):
 
 
 @adjoint("stablehlo.power")
-@through_masks
 def _power(op, cts):
     """da = ct * b * a^(b-1); db = ct * log(a) * a^b where a > 0, else 0"""
     (ct,) = cts
@@ -157,7 +120,6 @@ def _remainder(op, cts):
 
 
 @adjoint("stablehlo.atan2")
-@through_masks
 def _atan2(op, cts):
     """da = ct * b / (a^2 + b^2), db = -ct * a / (a^2 + b^2)"""
     (ct,) = cts
@@ -169,14 +131,12 @@ def _atan2(op, cts):
 # ----- transcendental -----
 
 @adjoint("stablehlo.exponential")
-@through_masks
 def _exp(op, cts):
     """dx = ct * y"""
     return (multiply(cts[0], op.results[0]),)
 
 
 @adjoint("stablehlo.exponential_minus_one")
-@through_masks
 def _expm1(op, cts):
     """dx = ct * (y + 1)"""
     y = op.results[0]
@@ -184,14 +144,12 @@ def _expm1(op, cts):
 
 
 @adjoint("stablehlo.log")
-@through_masks
 def _log(op, cts):
     """dx = ct / x"""
     return (divide(cts[0], op.operands[0]),)
 
 
 @adjoint("stablehlo.log_plus_one")
-@through_masks
 def _log1p(op, cts):
     """dx = ct / (1 + x)"""
     x = op.operands[0]
