@@ -102,6 +102,7 @@ class Function:
         # placeholder buffer of their shape, made once, instead of a copy per call.
         self._unused = frozenset(module.metadata.get("unused", {}).get(signature.name, ()))
         self._placeholders: dict[int, tuple[tuple[int, ...], Any]] = {}
+        self._staging: dict[int, list[Any]] = {}  # host-visible buffers for results, by size
         import iree.runtime as rt
 
         hal = module._device.hal_device
@@ -136,7 +137,7 @@ class Function:
         unused = self._unused
         views = self._invoke([self._placeholder(i, arg) if i in unused else self._upload(i, arg)
                               for i, arg in enumerate(args)])
-        return [self._download(view, t) for view, t in zip(views, sig.outputs)]
+        return self._download(views, sig.outputs)
 
     def _checked(self, index: int, arg: Any) -> np.ndarray:
         dtype, shape, _, _ = self._inputs[index]
@@ -176,11 +177,13 @@ class Function:
         view_type = rt.HalBufferView
         return [ret_list.get_as_object(i, view_type) for i in range(n)]
 
-    def _download(self, view: Any, t: TensorType) -> np.ndarray:
-        if self._module._host_memory and t.dtype in _PLAIN_DTYPES and view.byte_length:
+    def _download(self, views: Sequence[Any], types: Sequence[TensorType]) -> list[np.ndarray]:
+        """Device buffer views copied into numpy arrays."""
+        if self._module._host_memory and all(t.dtype in _PLAIN_DTYPES and v.byte_length
+                                             for v, t in zip(views, types)):
             # A CPU device's results are host memory: map and copy, nothing to convert.
-            return view.map().asarray(view.shape, _PLAIN_DTYPES[t.dtype]).copy()
-        return _to_numpy(self._module._device.hal_device, view, t)
+            return [v.map().asarray(v.shape, _PLAIN_DTYPES[t.dtype]).copy() for v, t in zip(views, types)]
+        return _to_numpy(self._module._device.hal_device, views, types, self._staging)
 
     def _check(self, index: int, arg: Any, want: TensorType) -> np.ndarray:
         where = f"{self.signature.name} argument {index}"
@@ -217,38 +220,52 @@ class Function:
         return array
 
 
-def _to_numpy(hal_device: Any, view: Any, want: TensorType) -> np.ndarray:
-    """Copies a result buffer view into a numpy array that owns its memory."""
+def _to_numpy(hal_device: Any, views: Sequence[Any], wants: Sequence[TensorType],
+              staging: dict[int, list[Any]]) -> list[np.ndarray]:
+    """Copies result buffer views into numpy arrays that own their memory.
+
+    Results the host cannot map (a GPU's) go through host-visible staging buffers: IREE 3.13's
+    DeviceArray.to_host() tries to import a numpy allocation, which Vulkan refuses
+    (minImportedHostPointerAlignment 4096). Every copy is queued at once and waited for once,
+    and each staging buffer is kept in ``staging`` (by size) for the next call: on CUDA a
+    fresh pinned host allocation and a wait per result cost more than the copies."""
     import iree.runtime as rt
 
-    storage, _ = _element_types()[want.dtype]
-    shape = list(view.shape)
-    buffer = view.get_buffer()
-    mappable = (buffer.memory_type() & int(rt.MemoryType.HOST_VISIBLE)) and (
-        buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED)
-    )
-    if view.byte_length == 0:
-        array = np.empty(shape, storage)
-    elif mappable:
-        array = np.array(view.map().asarray(shape, storage), copy=True)
-    else:
-        # IREE 3.13's DeviceArray.to_host() tries to import a numpy allocation,
-        # which Vulkan refuses (minImportedHostPointerAlignment 4096): copy
-        # through a host-visible staging buffer instead.
-        staging = hal_device.allocator.allocate_buffer(
-            memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
-            allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
-            allocation_size=buffer.byte_length(),
-        )
-        semaphore = hal_device.create_semaphore(0)
-        hal_device.queue_copy(
-            buffer,
-            staging,
-            wait_semaphores=rt.HalFence.create_at(semaphore, 0),
-            signal_semaphores=rt.HalFence.create_at(semaphore, 1),
-        )
-        rt.HalFence.create_at(semaphore, 1).wait()
-        array = np.array(staging.map().asarray(shape, storage), copy=True)
+    arrays: list[Any] = [None] * len(views)
+    queued: list[tuple[int, int, Any, list[int], Any]] = []
+    semaphore = None
+    for i, (view, want) in enumerate(zip(views, wants)):
+        storage, _ = _element_types()[want.dtype]
+        shape = list(view.shape)
+        buffer = view.get_buffer()
+        mappable = (buffer.memory_type() & int(rt.MemoryType.HOST_VISIBLE)) and (
+            buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED))
+        if view.byte_length == 0:
+            arrays[i] = np.empty(shape, storage)
+        elif mappable:
+            arrays[i] = np.array(view.map().asarray(shape, storage), copy=True)
+        else:
+            size = buffer.byte_length()
+            kept = staging.get(size)
+            target = kept.pop() if kept else hal_device.allocator.allocate_buffer(
+                memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+                allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+                allocation_size=size)
+            if semaphore is None:
+                semaphore = hal_device.create_semaphore(0)
+            n = len(queued)
+            hal_device.queue_copy(buffer, target, wait_semaphores=rt.HalFence.create_at(semaphore, n),
+                                  signal_semaphores=rt.HalFence.create_at(semaphore, n + 1))
+            queued.append((i, size, target, shape, storage))
+    if queued:
+        rt.HalFence.create_at(semaphore, len(queued)).wait()
+        for i, size, target, shape, storage in queued:
+            arrays[i] = np.array(target.map().asarray(shape, storage), copy=True)
+            staging.setdefault(size, []).append(target)
+    return [_host_dtype(array, want) for array, want in zip(arrays, wants)]
+
+
+def _host_dtype(array: np.ndarray, want: TensorType) -> np.ndarray:
     if want.dtype == "bool":
         return array.astype(bool)
     if want.dtype == "bfloat16":

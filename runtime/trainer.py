@@ -86,18 +86,18 @@ class Trainer:
         out = self._step._invoke(views + self._state)
         n, p = self._n_results, len(self._wrt)
         self._params, self._state = out[n:n + p], out[n + p:]
-        results = [self._step._download(v, t) for v, t in zip(out[:n], self._step.signature.outputs)]
+        results = self._step._download(out[:n], self._step.signature.outputs[:n])
         return results[0] if len(results) == 1 else results
 
     def params(self) -> list[np.ndarray]:
         """The parameters, copied to the host."""
         outputs = self._step.signature.outputs[self._n_results:]
-        return [self._step._download(v, t) for v, t in zip(self._params, outputs)]
+        return self._step._download(self._params, outputs)
 
     def state(self) -> list[np.ndarray]:
         """The optimizer state (``layout["state"]``'s order), copied to the host."""
         outputs = self._step.signature.outputs[self._n_results + len(self._wrt):]
-        return [self._step._download(v, t) for v, t in zip(self._state, outputs)]
+        return self._step._download(self._state, outputs)
 
     def named_params(self) -> dict[str, np.ndarray]:
         """The parameters by name (``param_names``), copied to the host."""

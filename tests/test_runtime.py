@@ -657,6 +657,21 @@ def test_vulkan_odd_sized_8bit_inputs_are_refused_on_the_portable_target(vulkan_
 
 
 @pytest.mark.vulkan
+def test_gpu_results_come_back_through_kept_staging_buffers(vulkan_module, cpu_module):
+    """A GPU's results are copied through host-visible staging buffers, all queued and waited
+    for once; the buffers are kept by size and reused by the next call, whose numbers are its own."""
+    two = vulkan_module["two"]
+    assert two._staging == {}
+    for scale in (1.0, -2.0, 0.5):
+        y, total = two(X * scale, W)
+        want_y, want_total = cpu_module["two"](X * scale, W)
+        np.testing.assert_allclose(y, want_y, rtol=1e-5)
+        np.testing.assert_allclose(total, want_total, rtol=1e-5)
+    # one 8-byte result (tensor<2xf32>) and one 4-byte (tensor<f32>), each buffer back in the pool
+    assert sorted((size, len(kept)) for size, kept in two._staging.items()) == [(4, 1), (8, 1)]
+
+
+@pytest.mark.vulkan
 def test_vulkan_8bit_tensors_with_an_8bit_storage_target(vulkan_module):
     options = rt.CompileOptions("vulkan", extra_flags=("--iree-vulkan-target=valhall",))
     m = rt.load(rt.compile(MLIR_TYPES, options).vmfb)
