@@ -343,7 +343,7 @@ class PoisonedModel(RuntimeError):
 
 
 def guard(strategy: Any, template: ArrayRecord | Model, weighted_by_key: str = "num-examples", *,
-          clip_ratio: float | None = 3.0, refuse_ratio: float | None = 10.0,
+          clip_ratio: float | None = 1.5, refuse_ratio: float | None = 10.0,
           max_examples_ratio: float | None = 2.0, max_examples: float | None = None,
           loss_key: str = "loss", max_loss_ratio: float | None = 10.0) -> Any:
     """``strategy`` (any Flower message-API strategy: FedAvg, FedProx, FedAdam, FedMedian,

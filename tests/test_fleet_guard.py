@@ -103,6 +103,12 @@ def honest(built) -> dict:
     return _run(built, PARTS - 1)["fedavg"]
 
 
+@pytest.fixture(scope="module")
+def all_honest(built) -> dict:
+    """The five clients, the would-be attacker honest too."""
+    return _run(built, PARTS)["fedavg"]
+
+
 # ----- the rules, exactly -------------------------------------------------------------------
 
 def _reply(arrays: dict[str, np.ndarray], n, node: int) -> Message:
@@ -130,7 +136,7 @@ class Mean:
 
 def test_updates_far_from_the_global_model_are_clipped_or_refused_and_weights_capped():
     """Five updates of norm 1, 2, 2, 7 and 50 from a global model of zeros: the median is 2, so
-    the one of 7 is clipped to 3 × 2 = 6 (its direction kept) and the one of 50 (over 10 × 2)
+    the one of 7 is clipped to 1.5 × 2 = 3 (its direction kept) and the one of 50 (over 10 × 2)
     refused; of the num-examples left (10, 10, 10, 25) the 25 is capped at 2 × 10."""
     shape = {"w": (2, 2), "b": (2,)}
     zero = ArrayRecord({k: Array(np.zeros(s, np.float32)) for k, s in shape.items()})
@@ -148,11 +154,11 @@ def test_updates_far_from_the_global_model_are_clipped_or_refused_and_weights_ca
     strategy.aggregate_train(2, [_reply(u, n, node) for node, (u, n) in enumerate(zip(updates, counts), 1)])
     assert [r.metadata.src_node_id for r in strategy.seen] == [1, 2, 3, 4] == strategy.accepted[2]
     assert strategy.refused == [(2, 5, "update norm 50 is over 10 × the round's median 2")]
-    assert strategy.clipped == [(2, 4, "update norm 7 clipped to 6 (3 × the round's median 2)"),
+    assert strategy.clipped == [(2, 4, "update norm 7 clipped to 3 (1.5 × the round's median 2)"),
                                 (2, 4, "num-examples 25 capped at 20 (2 × the round's median 10)")]
     clipped = strategy.seen[3].content
     for k in shape:
-        np.testing.assert_allclose(clipped["arrays"][k].numpy(), far[k] * 6 / 7, rtol=1e-6)
+        np.testing.assert_allclose(clipped["arrays"][k].numpy(), far[k] * 3 / 7, rtol=1e-6)
     assert clipped["metrics"]["num-examples"] == 20 and isinstance(clipped["metrics"]["num-examples"], int)
     # Two updates: the lower median is the smaller one, so one outlier cannot set the bound.
     strategy.configure_train(3, zero, ConfigRecord(), None)
@@ -205,16 +211,17 @@ def test_an_attacker_in_every_round_leaves_the_loss_of_the_honest_run(built, hon
     assert losses[ROUNDS] < 0.8 * losses[0]
 
 
-def test_a_long_update_is_clipped_and_the_loss_stays_near_the_honest_run(built, honest):
+def test_a_long_update_is_clipped_and_the_loss_stays_near_the_honest_run(built, all_honest):
     """An update five times as long as the attacker's honest one (within 10 × the median, so not
-    refused) is clipped to 3 × the median in every round; the held-out loss ends within 10 % of
-    the run without the attacker."""
+    refused) is clipped to 1.5 × the median in every round: the attacker keeps part of its
+    update, and the held-out loss ends within 10 % of the run where it is honest (measured:
+    0.621 against 0.594; clipped at 2 × the median instead, 0.763; at 3 ×, 1.43)."""
     losses, refused, clipped, _ = _run(built, PARTS, "x5")["fedavg"]
-    print(f"x5: loss {losses[ROUNDS]:.4f}, honest run {honest[0][ROUNDS]:.4f}; clipped {clipped}")
-    assert refused == []
+    print(f"x5: loss {losses[ROUNDS]:.4f}, honest run {all_honest[0][ROUNDS]:.4f}; clipped {clipped}")
+    assert refused == [] and all_honest[1] == all_honest[2] == []
     assert [r for r, _, _ in clipped] == list(range(1, ROUNDS + 1)), clipped
     assert all("× the round's median" in what and "clipped to" in what for _, _, what in clipped)
-    assert abs(losses[ROUNDS] - honest[0][ROUNDS]) <= 0.10 * honest[0][ROUNDS]
+    assert abs(losses[ROUNDS] - all_honest[0][ROUNDS]) <= 0.10 * all_honest[0][ROUNDS]
 
 
 def test_an_unguarded_attack_poisons_the_model_and_stops_the_run(built):

@@ -63,7 +63,7 @@ def main(grid: Grid, context: Context) -> None:
     def rule(key: str, default: float) -> float | None:
         value = float(cfg.get(key, default))
         return value if value > 0 else None
-    fleet.guard(strategy, initial, clip_ratio=rule("clip-ratio", 3.0), refuse_ratio=rule("refuse-ratio", 10.0),
+    fleet.guard(strategy, initial, clip_ratio=rule("clip-ratio", 1.5), refuse_ratio=rule("refuse-ratio", 10.0),
                 max_examples_ratio=rule("max-examples-ratio", 2.0), max_loss_ratio=rule("max-loss-ratio", 10.0))
 
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-server-rounds"]),
