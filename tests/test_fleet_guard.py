@@ -290,3 +290,52 @@ def test_the_example_server_app_runs_trimmedavg_guarded(built, tmp_path):
                       run_config={**config, "strategy": "fedsgd"})
     with pytest.raises(ValueError, match="run config strategy='fedsgd': not one of fedavg, fedprox, fedadam"):
         server_app.main(None, context)
+
+
+# ----- a poisoned model through `flwr run` ----------------------------------------------------
+
+@pytest.mark.slow
+def test_flwr_run_of_a_poisoned_model_ends_failed_with_the_message(built, tmp_path):
+    """``flwr run`` (the guide's commands, a local simulation on ports of its own) with
+    ``max-loss-ratio=0.5``: round 1's loss is over half the initial one, so the ServerApp raises
+    PoisonedModel. flwr 1.42's ``flwr run`` submits the run and exits 0 whatever the run does;
+    the run's status, ``finished:failed`` with the message, is what ``flwr ls`` reports, and the
+    guide's status line turns it into a non-zero exit."""
+    import subprocess
+
+    from test_fleet import BIN, ROOT, _flwr_env, _free_port, _run_config, _stop_descendants, _write_config
+
+    home = tmp_path / "flwr"
+    _write_config(home)
+    env = dict(_flwr_env(home), FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(_free_port()),
+               FLWR_LOCAL_CONTROL_API_PORT=str(_free_port()))
+    config = _run_config(built, tmp_path / "result", **{"max-loss-ratio": 0.5, "num-server-rounds": 2})
+
+    def flwr(*args, timeout=300):
+        return subprocess.run([str(BIN / "flwr"), *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                              timeout=timeout)
+    try:
+        submitted = subprocess.run(["bash", "-c", f'flwr run examples/fleet --format json --run-config "$CONFIG" | '
+                                    f'{RUN_ID}'], capture_output=True, text=True, cwd=ROOT,
+                                   env=dict(env, CONFIG=config), timeout=300)
+        assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
+        run_id = int(submitted.stdout)
+        logged = flwr("log", str(run_id), timeout=400)  # streams the run's log until it ends
+        status = subprocess.run(["bash", "-c", STATUS_LINE.replace("$id", str(run_id))], capture_output=True,
+                                text=True, cwd=ROOT, env=env, timeout=120)
+    finally:
+        _stop_descendants(set(), marker=str(home))
+    print(f"flwr run: exit 0 (submitted run {run_id}); flwr ls: {status.stdout.strip()}")
+    assert "PoisonedModel: round 1: the global model's loss" in logged.stdout, logged.stdout[-3000:]
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert status.stdout.startswith("finished:failed ") and "is over 0.5 × the initial" in status.stdout, status.stdout
+    guide = (ROOT / "docs" / "guides" / "fleet.md").read_text()
+    assert RUN_ID in guide and STATUS_LINE in guide
+
+
+# The guide's lines: the run's id from `flwr run --format json`; the run's status and its
+# reason, exiting 1 unless the run completed.
+STATUS_LINE = ("flwr ls --run-id $id --format json | python3 -c 'import json, sys; run = json.load(sys.stdin)"
+               "[\"runs\"][0]; print(run[\"status\"], run[\"status-details\"]); "
+               "sys.exit(run[\"status\"] != \"finished:completed\")'")
+RUN_ID = "python3 -c 'import json, sys; print(json.load(sys.stdin)[\"run-id\"])'"
