@@ -363,22 +363,26 @@ def guard(strategy: Any, template: ArrayRecord | Model, weighted_by_key: str = "
        ×−10); one with ``d > clip_ratio · m`` is clipped to ``g + (x − g) · clip_ratio · m / d``,
        as DP-FedAvg clips client updates to a norm bound (McMahan et al. 2018), with the bound
        taken from the round's median as adaptive clipping does. While more than half of a
-       round's updates are honest, ``m`` is an honest update's norm, so no client moves the
-       global model by more than ``clip_ratio`` honest updates' worth.
+       round's updates are honest, ``m`` is an honest update's norm, so no client's update is
+       longer than ``clip_ratio`` honest ones. The default 1.5: on the example, a client
+       sending five times its update in every round moved the held-out loss by +4 % clipped
+       at 1.5 ×, +28 % at 2 ×, +140 % at 3 × (tests/test_fleet_guard.py).
     3. **Weights**: ``num-examples`` above ``max_examples_ratio`` × the round's (lower) median,
        or above ``max_examples``, is capped there.
 
     Any rule is off when its setting is None. Refusals are logged (WARNING, with the node and
     the reason) and kept in ``strategy.refused`` as ``(round, node_id, reason)``; clips and caps
     likewise in ``strategy.clipped``; ``strategy.accepted[round]`` lists the nodes whose updates
-    were passed on. A refused update is never aggregated. The rules need the round's global
-    model: a round whose ``configure_train`` was not called through the strategy skips rule 2.
+    were passed on. A refused update is never aggregated. Rule 2 needs the round's global
+    model: a round whose ``configure_train`` was not called through the strategy, or sent
+    arrays other than the template's, skips it.
 
     Poisoned global model: if the aggregated arrays hold NaN or infinity, or (``strategy.start``
     with an ``evaluate_fn``) the central metric ``loss_key`` is not finite or exceeds
     ``max_loss_ratio`` × its first value (the initial model's, round 0), ``PoisonedModel`` is
-    raised with the round and the reason; the ServerApp fails (``run_simulation`` raises it,
-    a deployed run ends ``failed``).
+    raised with the round and the reason; the ServerApp fails (``run_simulation`` raises it;
+    under ``flwr run`` the run's status is ``finished:failed`` with the message, though
+    ``flwr run`` itself exits 0: docs/guides/fleet.md).
     """
     if isinstance(template, Model):
         specs = dict(template.specs)
@@ -398,7 +402,8 @@ def guard(strategy: Any, template: ArrayRecord | Model, weighted_by_key: str = "
 
     def configure_train(server_round: int, arrays: ArrayRecord, *args: Any, **kwargs: Any):
         sent.clear()
-        sent[server_round] = {k: v.numpy().astype(np.float64) for k, v in arrays.items()}
+        if isinstance(arrays, ArrayRecord) and set(arrays.keys()) == set(specs):
+            sent[server_round] = {k: v.numpy().astype(np.float64) for k, v in arrays.items()}
         return configure(server_round, arrays, *args, **kwargs)
 
     def refuse(server_round: int, msg: Message, reason: str) -> None:
