@@ -29,7 +29,10 @@ Server (``initial_arrays``, ``guard``, ``central_evaluation``): initial paramete
 ``.npz`` or arrays, checked against the artifact; ``guard(strategy, template)`` makes any
 Flower strategy refuse a reply whose arrays are not finite, have other names, shapes or
 dtypes, or whose ``num-examples`` is not a positive number, logging the reason; such an
-update is never averaged.
+update is never averaged. It also bounds each client's influence (updates far from the
+round's global model, measured against the round's median, are clipped or refused;
+``num-examples`` is capped) and stops the run (``PoisonedModel``) when the global model is
+not finite or its central loss explodes.
 """
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ from flwr.common.logger import log
 from .runtime import Module, load
 from .runtime.trainer import training_step
 
-__all__ = ["GLOBAL_PREFIX", "Model", "central_evaluation", "client_app", "guard", "initial_arrays", "model"]
+__all__ = ["GLOBAL_PREFIX", "Model", "PoisonedModel", "central_evaluation", "client_app", "guard", "initial_arrays",
+           "model"]
 
 # A training step with the proximal term names the global copy of parameter ``w`` "global:w".
 GLOBAL_PREFIX = "global:"
@@ -333,44 +337,197 @@ def initial_arrays(artifact: Model | str | os.PathLike, source: str | os.PathLik
     return m.arrays(list(source))
 
 
-def guard(strategy: Any, template: ArrayRecord | Model, weighted_by_key: str = "num-examples") -> Any:
-    """``strategy`` (any Flower message-API strategy), refusing in ``aggregate_train`` every
-    reply whose parameters do not match ``template`` (the initial ``ArrayRecord``, or a
-    ``Model``): other names, shapes or dtypes, NaN or infinite values, or a ``num-examples``
-    that is not a positive finite number. Each refusal is logged (WARNING, with the node and
-    the reason) and kept in ``strategy.refused`` as ``(round, node_id, reason)``; the refused
-    update is never averaged (``strategy.accepted[round]``: the nodes whose updates were
-    passed on). Returns ``strategy``, changed in place."""
+class PoisonedModel(RuntimeError):
+    """The global model went bad (non-finite parameters after aggregation, or a central loss
+    that is not finite or has exploded): ``guard`` stops the run with this exception."""
+
+
+def guard(strategy: Any, template: ArrayRecord | Model, weighted_by_key: str = "num-examples", *,
+          clip_ratio: float | None = 1.5, refuse_ratio: float | None = 10.0,
+          max_examples_ratio: float | None = 2.0, max_examples: float | None = None,
+          loss_key: str = "loss", max_loss_ratio: float | None = 10.0) -> Any:
+    """``strategy`` (any Flower message-API strategy: FedAvg, FedProx, FedAdam, FedMedian,
+    FedTrimmedAvg, Krum, Bulyan, the DP wrappers...) with the influence of any one client
+    bounded and a poisoned global model stopping the run. Returns ``strategy``, changed in place.
+
+    In ``aggregate_train``, before the strategy sees a round's replies:
+
+    1. **Malformed** replies are refused: arrays that do not match ``template`` (the initial
+       ``ArrayRecord``, or a ``Model``) in names, shapes or dtypes, NaN or infinite values, or a
+       ``weighted_by_key`` (``num-examples``) that is not a positive finite number.
+    2. **Distance from the global model**: each update's norm ``d = ||x - g||₂`` over all its
+       arrays, ``g`` the global model sent in that round (``configure_train`` is wrapped to
+       remember it). ``m`` is the round's median ``d`` (the lower median for an even count, so
+       that one outlier among two updates cannot set the bound). An update with
+       ``d > refuse_ratio · m`` is refused as implausible (a value of 1e30, parameters ×1e6 or
+       ×−10); one with ``d > clip_ratio · m`` is clipped to ``g + (x − g) · clip_ratio · m / d``,
+       as DP-FedAvg clips client updates to a norm bound (McMahan et al. 2018), with the bound
+       taken from the round's median as adaptive clipping does. While more than half of a
+       round's updates are honest, ``m`` is an honest update's norm, so no client's update is
+       longer than ``clip_ratio`` honest ones. The default 1.5: on the example, a client
+       sending five times its update in every round moved the held-out loss by +4 % clipped
+       at 1.5 ×, +28 % at 2 ×, +140 % at 3 × (tests/test_fleet_guard.py).
+    3. **Weights**: ``num-examples`` above ``max_examples_ratio`` × the round's (lower) median,
+       or above ``max_examples``, is capped there.
+
+    Any rule is off when its setting is None. Refusals are logged (WARNING, with the node and
+    the reason) and kept in ``strategy.refused`` as ``(round, node_id, reason)``; clips and caps
+    likewise in ``strategy.clipped``; ``strategy.accepted[round]`` lists the nodes whose updates
+    were passed on. A refused update is never aggregated. Rule 2 needs the round's global
+    model: a round whose ``configure_train`` was not called through the strategy, or sent
+    arrays other than the template's, skips it.
+
+    Poisoned global model: if the aggregated arrays hold NaN or infinity, or (``strategy.start``
+    with an ``evaluate_fn``) the central metric ``loss_key`` is not finite or exceeds
+    ``max_loss_ratio`` × its first value (the initial model's, round 0), ``PoisonedModel`` is
+    raised with the round and the reason; the ServerApp fails (``run_simulation`` raises it;
+    under ``flwr run`` the run's status is ``finished:failed`` with the message, though
+    ``flwr run`` itself exits 0: docs/guides/fleet.md).
+    """
     if isinstance(template, Model):
         specs = dict(template.specs)
     else:
         specs = {k: (tuple(v.shape), np.dtype(v.numpy().dtype)) for k, v in template.items()}
+    for name, value in (("clip_ratio", clip_ratio), ("refuse_ratio", refuse_ratio),
+                        ("max_examples_ratio", max_examples_ratio), ("max_examples", max_examples),
+                        ("max_loss_ratio", max_loss_ratio)):
+        if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            raise ValueError(f"guard: {name} must be a positive number or None, not {value!r}")
+    if clip_ratio is not None and refuse_ratio is not None and refuse_ratio < clip_ratio:
+        raise ValueError(f"guard: refuse_ratio ({refuse_ratio}) is below clip_ratio ({clip_ratio})")
     aggregate = strategy.aggregate_train
-    strategy.refused = []
-    strategy.accepted = {}
+    configure, start = getattr(strategy, "configure_train", None), getattr(strategy, "start", None)
+    strategy.refused, strategy.clipped, strategy.accepted = [], [], {}
+    sent: dict[int, dict[str, np.ndarray]] = {}
+
+    def configure_train(server_round: int, arrays: ArrayRecord, *args: Any, **kwargs: Any):
+        sent.clear()
+        if isinstance(arrays, ArrayRecord) and set(arrays.keys()) == set(specs):
+            sent[server_round] = {k: v.numpy().astype(np.float64) for k, v in arrays.items()}
+        return configure(server_round, arrays, *args, **kwargs)
+
+    def refuse(server_round: int, msg: Message, reason: str) -> None:
+        node = msg.metadata.src_node_id
+        strategy.refused.append((server_round, node, reason))
+        log(WARNING, "irgrad.fleet: round %s: refused the update of node %s: %s", server_round, node, reason)
+
+    def clipped(server_round: int, msg: Message, what: str) -> None:
+        node = msg.metadata.src_node_id
+        strategy.clipped.append((server_round, node, what))
+        log(WARNING, "irgrad.fleet: round %s: node %s: %s", server_round, node, what)
 
     def aggregate_train(server_round: int, replies: Iterable[Message]):
         replies = list(replies)
-        accepted = []
+        errors = [msg for msg in replies if msg.has_error()]  # the strategy logs and skips these
+        good = []
         for msg in replies:
-            if msg.has_error():  # the strategy logs and skips these (a node gone, a client that raised)
-                accepted.append(msg)
-                continue
-            reason = _refusal(msg.content, specs, weighted_by_key)
-            if reason is None:
-                accepted.append(msg)
-                continue
-            node = msg.metadata.src_node_id
-            strategy.refused.append((server_round, node, reason))
-            log(WARNING, "irgrad.fleet: round %s: refused the update of node %s: %s", server_round, node, reason)
-        strategy.accepted[server_round] = [msg.metadata.src_node_id for msg in accepted if not msg.has_error()]
-        if len(accepted) != len(replies):
-            log(INFO, "irgrad.fleet: round %s: %d updates accepted", server_round,
-                len(strategy.accepted[server_round]))
-        return aggregate(server_round, accepted)
+            if not msg.has_error():
+                reason = _refusal(msg.content, specs, weighted_by_key)
+                if reason is None:
+                    good.append(msg)
+                else:
+                    refuse(server_round, msg, reason)
+        if server_round in sent and good and (clip_ratio is not None or refuse_ratio is not None):
+            good = _bound_distances(server_round, good, sent[server_round], clip_ratio, refuse_ratio,
+                                    refuse, clipped)
+        if good and (max_examples_ratio is not None or max_examples is not None):
+            _cap_examples(server_round, good, weighted_by_key, max_examples_ratio, max_examples, clipped)
+        accepted = good + errors
+        strategy.accepted[server_round] = [msg.metadata.src_node_id for msg in good]
+        if len(good) + len(errors) != len(replies):
+            log(INFO, "irgrad.fleet: round %s: %d updates accepted", server_round, len(good))
+        arrays, metrics = aggregate(server_round, accepted)
+        if isinstance(arrays, ArrayRecord):
+            for name, value in arrays.items():
+                a = value.numpy()
+                if a.dtype.kind in "fc" and not np.isfinite(a).all():
+                    bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+                    raise PoisonedModel(f"round {server_round}: the aggregated global model is not finite "
+                                        f"({name}: {bad} of {a.size} values are NaN or infinity); run stopped")
+        return arrays, metrics
+
+    def start_watched(*args: Any, evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+              **kwargs: Any):
+        if evaluate_fn is not None and max_loss_ratio is not None:
+            evaluate_fn = _loss_watch(evaluate_fn, loss_key, max_loss_ratio)
+        return start(*args, evaluate_fn=evaluate_fn, **kwargs)
 
     strategy.aggregate_train = aggregate_train
+    if configure is not None:
+        strategy.configure_train = configure_train
+    if start is not None:
+        strategy.start = start_watched
     return strategy
+
+
+def _lower_median(values: Sequence[float]) -> float:
+    return float(sorted(values)[(len(values) - 1) // 2])
+
+
+def _bound_distances(server_round: int, replies: list[Message], sent: dict[str, np.ndarray],
+                     clip_ratio: float | None, refuse_ratio: float | None,
+                     refuse: Callable, clipped: Callable) -> list[Message]:
+    """Rule 2 of ``guard``: the replies kept, the ones too far from ``sent`` refused, the
+    ones far from it clipped (their ArrayRecord replaced)."""
+    updates = []
+    for msg in replies:
+        arrays = {k: v.numpy() for k, v in _only(msg.content.array_records, "ArrayRecord").items()}
+        delta = {k: a.astype(np.float64) - sent[k] for k, a in arrays.items()}
+        updates.append((msg, arrays, delta, math.sqrt(sum(float(np.vdot(d, d)) for d in delta.values()))))
+    median = _lower_median([d for *_, d in updates])
+    kept = []
+    for msg, arrays, delta, norm in updates:
+        if refuse_ratio is not None and norm > refuse_ratio * median:
+            refuse(server_round, msg, f"update norm {norm:.4g} is over {refuse_ratio:g} × the round's median "
+                                      f"{median:.4g}")
+            continue
+        kept.append(msg)
+        if clip_ratio is not None and norm > clip_ratio * median:
+            bound = clip_ratio * median
+            key = next(iter(msg.content.array_records))
+            msg.content[key] = ArrayRecord({k: Array(np.ascontiguousarray(
+                (sent[k] + delta[k] * (bound / norm)).astype(arrays[k].dtype))) for k in arrays})
+            clipped(server_round, msg, f"update norm {norm:.4g} clipped to {bound:.4g} ({clip_ratio:g} × the "
+                                       f"round's median {median:.4g})")
+    return kept
+
+
+def _cap_examples(server_round: int, replies: list[Message], key: str, ratio: float | None,
+                  absolute: float | None, clipped: Callable) -> None:
+    """Rule 3 of ``guard``: ``key`` capped in the replies' MetricRecords."""
+    records = [next(iter(msg.content.metric_records.values())) for msg in replies]
+    median = _lower_median([float(r[key]) for r in records])
+    caps = [c for c in (ratio * median if ratio is not None else None, absolute) if c is not None]
+    cap = min(caps)
+    for msg, record in zip(replies, records):
+        n = record[key]
+        if n > cap:
+            record[key] = int(cap) if isinstance(n, int) else float(cap)
+            why = f"{ratio:g} × the round's median {median:g}" if ratio is not None and cap == ratio * median \
+                else "max_examples"
+            clipped(server_round, msg, f"{key} {n:g} capped at {record[key]:g} ({why})")
+
+
+def _loss_watch(evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None], key: str,
+                ratio: float) -> Callable[[int, ArrayRecord], MetricRecord | None]:
+    """``evaluate_fn`` raising ``PoisonedModel`` when its ``key`` is not finite or exceeds
+    ``ratio`` × its first value."""
+    first: list[float] = []
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        result = evaluate_fn(server_round, arrays)
+        if result is None or key not in result:
+            return result
+        loss = float(result[key])  # type: ignore[arg-type]
+        if not math.isfinite(loss):
+            raise PoisonedModel(f"round {server_round}: the global model's {key} is {loss}; run stopped")
+        if not first:
+            first.append(loss)
+        elif loss > ratio * first[0]:
+            raise PoisonedModel(f"round {server_round}: the global model's {key} {loss:.6g} is over {ratio:g} × "
+                                f"the initial {first[0]:.6g}; run stopped")
+        return result
+    return evaluate
 
 
 def _refusal(content: RecordDict, specs: dict, weighted_by_key: str) -> str | None:

@@ -1,11 +1,16 @@
 """The example's ServerApp: a Flower strategy started from the artifact's initial parameters,
-refusing malformed updates (``irgrad.fleet.guard``) and evaluating the global model on the
-held-out pool with the artifact's forward (``irgrad.fleet.central_evaluation``).
+guarded (``irgrad.fleet.guard``: malformed updates refused, each client's influence bounded,
+a poisoned global model stopping the run) and evaluating the global model on the held-out
+pool with the artifact's forward (``irgrad.fleet.central_evaluation``).
 
 Run config (``pyproject.toml``, ``flwr run --run-config``): ``strategy`` (fedavg, fedadam,
-fedavgm, fedprox), ``num-server-rounds``, ``local-epochs``, ``fraction-train``,
-``min-nodes``, ``proximal-mu``, ``artifact-dir`` (built here when missing, which needs the
-compiler) and ``result-dir`` (where ``result.npz`` and ``losses.json`` go; empty: nowhere).
+fedavgm, fedprox, and the robust aggregators fedmedian, trimmedavg, krum, bulyan),
+``num-server-rounds``, ``local-epochs``, ``fraction-train``, ``min-nodes``, ``proximal-mu``,
+``trim-beta`` (trimmedavg's cut fraction), ``num-malicious`` (krum's and bulyan's assumed
+attackers; bulyan needs 4 × that + 3 updates a round), guard's ``clip-ratio``,
+``refuse-ratio``, ``max-examples-ratio`` and ``max-loss-ratio`` (0: that rule off),
+``artifact-dir`` (built here when missing, which needs the compiler) and ``result-dir`` (where
+``result.npz`` and ``losses.json`` go; empty: nowhere).
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedProx
+from flwr.serverapp.strategy import Bulyan, FedAdam, FedAvg, FedAvgM, FedMedian, FedProx, FedTrimmedAvg, Krum
 
 import irgrad.fleet as fleet
 
@@ -40,15 +45,26 @@ def main(grid: Grid, context: Context) -> None:
     nodes = int(cfg.get("min-nodes", 2))
     common = dict(fraction_train=float(cfg.get("fraction-train", 1.0)), fraction_evaluate=0.0,
                   min_train_nodes=nodes, min_available_nodes=nodes)
-    if kind == "fedprox":
-        strategy = FedProx(proximal_mu=float(cfg.get("proximal-mu", 0.1)), **common)
-    elif kind == "fedadam":
-        strategy = FedAdam(eta=0.1, eta_l=0.1, **common)
-    elif kind == "fedavgm":
-        strategy = FedAvgM(server_momentum=0.5, **common)
-    else:
-        strategy = FedAvg(**common)
-    fleet.guard(strategy, initial)
+    malicious = int(cfg.get("num-malicious", 1))
+    strategies = {
+        "fedavg": lambda: FedAvg(**common),
+        "fedprox": lambda: FedProx(proximal_mu=float(cfg.get("proximal-mu", 0.1)), **common),
+        "fedadam": lambda: FedAdam(eta=0.1, eta_l=0.1, **common),
+        "fedavgm": lambda: FedAvgM(server_momentum=0.5, **common),
+        "fedmedian": lambda: FedMedian(**common),
+        "trimmedavg": lambda: FedTrimmedAvg(beta=float(cfg.get("trim-beta", 0.2)), **common),
+        "krum": lambda: Krum(num_malicious_nodes=malicious, **common),
+        "bulyan": lambda: Bulyan(num_malicious_nodes=malicious, **common),
+    }
+    if kind not in strategies:
+        raise ValueError(f"run config strategy={kind!r}: not one of {', '.join(strategies)}")
+    strategy = strategies[kind]()
+
+    def rule(key: str, default: float) -> float | None:
+        value = float(cfg.get(key, default))
+        return value if value > 0 else None
+    fleet.guard(strategy, initial, clip_ratio=rule("clip-ratio", 1.5), refuse_ratio=rule("refuse-ratio", 10.0),
+                max_examples_ratio=rule("max-examples-ratio", 2.0), max_loss_ratio=rule("max-loss-ratio", 10.0))
 
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-server-rounds"]),
                             train_config=ConfigRecord({"local-epochs": int(cfg.get("local-epochs", 2))}),
@@ -61,4 +77,5 @@ def main(grid: Grid, context: Context) -> None:
         losses = {int(r): float(m["loss"]) for r, m in result.evaluate_metrics_serverapp.items()}
         (Path(out) / "losses.json").write_text(json.dumps({
             "central_loss": losses, "refused": [list(r) for r in strategy.refused],
+            "clipped": [list(r) for r in strategy.clipped],
             "accepted": {str(r): nodes for r, nodes in strategy.accepted.items()}}))
