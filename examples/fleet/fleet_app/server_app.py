@@ -4,8 +4,10 @@ held-out pool with the artifact's forward (``irgrad.fleet.central_evaluation``).
 
 Run config (``pyproject.toml``, ``flwr run --run-config``): ``strategy`` (fedavg, fedadam,
 fedavgm, fedprox), ``num-server-rounds``, ``local-epochs``, ``fraction-train``,
-``min-nodes``, ``proximal-mu``, ``artifact-dir`` (built here when missing, which needs the
-compiler) and ``result-dir`` (where ``result.npz`` and ``losses.json`` go; empty: nowhere).
+``min-nodes`` (nodes to wait for before the first round), ``min-survivors`` (before each later
+round), ``node-wait`` (seconds to wait for either before the run fails), ``round-timeout``
+(seconds a round waits for replies), ``proximal-mu``, ``artifact-dir`` (built here when
+missing, which needs the compiler) and ``result-dir`` (where ``result.npz`` and ``losses.json`` go; empty: nowhere).
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ def main(grid: Grid, context: Context) -> None:
     else:
         strategy = FedAvg(**common)
     fleet.guard(strategy, initial)
+    fleet.tolerate_dropouts(strategy, nodes, min(nodes, int(cfg.get("min-survivors", 1))),
+                            float(cfg.get("node-wait", 300.0)))
 
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-server-rounds"]),
                             train_config=ConfigRecord({"local-epochs": int(cfg.get("local-epochs", 2))}),
@@ -61,4 +65,5 @@ def main(grid: Grid, context: Context) -> None:
         losses = {int(r): float(m["loss"]) for r, m in result.evaluate_metrics_serverapp.items()}
         (Path(out) / "losses.json").write_text(json.dumps({
             "central_loss": losses, "refused": [list(r) for r in strategy.refused],
-            "accepted": {str(r): nodes for r, nodes in strategy.accepted.items()}}))
+            "accepted": {str(r): nodes for r, nodes in strategy.accepted.items()},
+            "lost": [list(r) for r in strategy.lost]}))
