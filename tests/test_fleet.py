@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -267,24 +268,19 @@ def _flwr_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _write_config(home: Path, deployment_port: int | None = None, root_certificates: Path | None = None) -> None:
-    """flwr's connection config (flwr 1.42 keeps it in FLWR_HOME/config.toml, migrated from
-    the app's [tool.flwr.federations] on first use): the example's, with the test's port and,
-    given ``root_certificates``, TLS instead of insecure mode."""
-    home.mkdir(parents=True, exist_ok=True)
-    port = deployment_port or 8000
-    security = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
-    (home / "config.toml").write_text(f"""[superlink]
-default = "local-simulation"
-
-[superlink.local-simulation]
-address = ":local:"
-options.num-supernodes = 10
-
-[superlink.local-deployment]
-address = "127.0.0.1:{port}"
-{security}
-""")
+def _connections(home: Path, deployment_port: int | None = None, root_certificates: Path | None = None) -> str:
+    """The guide's first command, ``python -m fleet_app.connections``, in an empty ``FLWR_HOME``
+    (flwr 1.42 reads SuperLink connections only from FLWR_HOME/config.toml): the example's
+    connections, with the test's port and, given ``root_certificates``, TLS instead of
+    insecure mode. Returns what it printed."""
+    assert not home.exists()
+    args = [] if deployment_port is None else ["--address", f"127.0.0.1:{deployment_port}"]
+    if root_certificates:
+        args += ["--root-certificates", str(root_certificates)]
+    done = subprocess.run([sys.executable, "-m", "fleet_app.connections", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(_flwr_env(home), PYTHONPATH=str(EXAMPLE)), timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def _certificates(folder: Path) -> tuple[Path, Path, Path]:
@@ -346,9 +342,9 @@ def _stop_descendants(roots: set[int], marker: str | None = None) -> None:
     mine = {p for p in roots if p in procs}
     if marker:
         mine |= {p for p, (_, _, cmd) in procs.items() if marker in cmd and p != os.getpid()}
-    while True:
+    while True:  # (a killed root's children name it as --parent-pid after it is gone)
         more = {p for p, (ppid, _, cmd) in procs.items() if p not in mine and
-                (ppid in mine or any(f"--parent-pid {q}" in cmd for q in mine))}
+                (ppid in mine or any(f"--parent-pid {q}" in cmd for q in mine | roots))}
         if not more:
             break
         mine |= more
@@ -385,7 +381,8 @@ def test_ten_simulated_clients_reach_the_central_loss(built, tmp_path):
     FedAvg, 10 rounds; the global model's held-out loss ends within 10 % of the same model
     trained centrally on the union of the clients' data."""
     home, result = tmp_path / "flwr", tmp_path / "result"
-    _write_config(home)
+    pyproject = (EXAMPLE / "pyproject.toml").read_bytes()
+    assert "default local-simulation" in _connections(home)
     start = time.monotonic()
     try:
         done = subprocess.run([str(BIN / "flwr"), "run", str(EXAMPLE), "--stream", "--run-config",
@@ -395,6 +392,7 @@ def test_ten_simulated_clients_reach_the_central_loss(built, tmp_path):
         _stop_descendants(set(), marker=str(home))
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (EXAMPLE / "pyproject.toml").read_bytes() == pyproject  # flwr migrated nothing, rewrote nothing
     assert (result / "losses.json").exists(), done.stdout[-3000:]
     losses = json.loads((result / "losses.json").read_text())
     central = _central_loss(fleet.model(built / "fleet.vmfb"))
@@ -590,67 +588,156 @@ def test_client_side_dp_clipping_runs_and_bounds_the_update(built):
     assert 0 < norm(outcome["params"]) <= clip * (1 + 1e-5) < unclipped, (norm(outcome["params"]), unclipped)
 
 
-# ----- the Deployment Runtime: a SuperLink and three SuperNodes on 127.0.0.1 ------------------
+# ----- the Deployment Runtime: a SuperLink and SuperNodes on 127.0.0.1 ------------------------
+
+class Deployment:
+    """The guide's deployment as processes of this test on 127.0.0.1: the example's connections
+    in an empty FLWR_HOME (``fleet_app.connections``), a SuperLink keeping its state in a
+    database file, SuperNodes, ``flwr run examples/fleet local-deployment``; insecure, or over
+    TLS with a CA and a server certificate made here. ``stop()`` stops every process started
+    (and what they started) by PID."""
+
+    def __init__(self, tmp_path: Path, tls: bool) -> None:
+        self.tmp, self.home, self.port = tmp_path, tmp_path / "flwr", _free_port()
+        self.logs = tmp_path / "logs"
+        self.logs.mkdir()
+        self.tls = _certificates(tmp_path) if tls else None
+        _connections(self.home, self.port, self.tls[0] if self.tls else None)
+        self.env = _flwr_env(self.home)
+        self.started: list[subprocess.Popen] = []
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        with open(self.logs / f"{name}.log", "a") as out:
+            self.started.append(subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=out,
+                                                 stderr=subprocess.STDOUT, env=self.env, cwd=self.tmp,
+                                                 start_new_session=True))
+        return self.started[-1]
+
+    def superlink(self) -> subprocess.Popen:
+        security = ["--insecure"] if not self.tls else [
+            "--ssl-ca-certfile", str(self.tls[0]), "--ssl-certfile", str(self.tls[1]), "--ssl-keyfile", str(self.tls[2])]
+        link = self._start("superlink", ["flower-superlink", *security, "--host", "127.0.0.1", "--port",
+                                         str(self.port), "--database", str(self.tmp / "state.db")])
+        _wait_for_port(self.port, self.logs / "superlink.log")
+        return link
+
+    def supernodes(self, count: int) -> list[subprocess.Popen]:
+        security = ["--insecure"] if not self.tls else ["--root-certificates", str(self.tls[0])]
+        return [self._start(f"supernode{i}", ["flower-supernode", *security, "--superlink", f"127.0.0.1:{self.port}",
+                                              "--port", str(_free_port()), "--node-config",
+                                              f"partition-id={i} num-partitions={count}"]) for i in range(count)]
+
+    def node_id(self, i: int) -> int:
+        """SuperNode ``i``'s node id, from its log."""
+        lines = [line for line in (self.logs / f"supernode{i}.log").read_text().splitlines() if "SuperNode ID:" in line]
+        assert lines, (self.logs / f"supernode{i}.log").read_text()[-2000:]
+        return int(lines[-1].rsplit(":", 1)[1])
+
+    def run(self, run_config: str, on_line=None, limit: float = 240) -> tuple[int, str]:
+        """``flwr run examples/fleet local-deployment --stream``: its exit status and output;
+        ``on_line(line)`` sees each line as it comes."""
+        run = subprocess.Popen([str(BIN / "flwr"), "run", str(EXAMPLE), "local-deployment", "--stream",
+                                "--run-config", run_config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=ROOT, env=self.env, start_new_session=True)
+        self.started.append(run)
+        output: list[str] = []
+        watchdog = threading.Timer(limit, run.kill)  # a run that goes quiet is stopped too
+        watchdog.start()
+        try:
+            assert run.stdout is not None
+            for line in run.stdout:
+                output.append(line)
+                if on_line:
+                    on_line(line)
+            code = run.wait(timeout=60)
+        finally:
+            watchdog.cancel()
+        assert code != -signal.SIGKILL, f"flwr run still running after {limit} s: " + "".join(output[-50:])
+        return code, "".join(output)
+
+    def flwr(self, *args: str) -> str:
+        """``flwr ARGS local-deployment`` (list, log...): its output."""
+        done = subprocess.run([str(BIN / "flwr"), *args, "local-deployment"], capture_output=True, text=True,
+                              cwd=ROOT, env=self.env, timeout=60)
+        return done.stdout + done.stderr
+
+    def stop(self) -> None:
+        _stop_descendants({p.pid for p in self.started}, marker=str(self.home))
+
 
 @pytest.mark.slow
-def test_superlink_and_three_supernodes_survive_a_killed_supernode(built, tmp_path):
-    """A real SuperLink and three SuperNodes as processes on 127.0.0.1, over TLS with a CA and
-    a server certificate the test makes, and ``flwr run examples/fleet local-deployment`` (the
-    example unchanged; the test's port and CA in flwr's connection config). In round 2 one
-    SuperNode is killed mid-training: the run finishes with the other two, and from round 2
-    on only their updates are averaged."""
-    home, result = tmp_path / "flwr", tmp_path / "result"
-    port = _free_port()
-    ca, cert, key = _certificates(tmp_path)
-    _write_config(home, port, root_certificates=ca)
-    env = _flwr_env(home)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    started: list[subprocess.Popen] = []
-
-    def start(name, args):
-        out = open(logs / f"{name}.log", "w")
-        started.append(subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, cwd=tmp_path, start_new_session=True))
-        return started[-1]
+def test_supernode_killed_mid_round_the_run_finishes_with_the_others(built, tmp_path):
+    """The issue's hang: the guide's deployment (here over TLS) with ``min-nodes=3`` and three
+    SuperNodes, one SIGKILLed in round 2 while training. Flower's strategy alone waits for
+    three nodes before round 3 forever; with ``fleet.tolerate_dropouts`` (``min-survivors=1``)
+    the run finishes its 3 rounds with the other two, logs the node it lost, and averages only
+    the survivors' updates from round 2 on."""
+    fleet_ = Deployment(tmp_path, tls=True)
+    killed: list[int] = []
+    result = tmp_path / "result"
     try:
-        start("superlink", ["flower-superlink", "--ssl-ca-certfile", str(ca), "--ssl-certfile", str(cert),
-                            "--ssl-keyfile", str(key), "--host", "127.0.0.1", "--port", str(port),
-                            "--database", str(tmp_path / "state.db")])
-        _wait_for_port(port, logs / "superlink.log")
-        nodes = [start(f"supernode{i}", ["flower-supernode", "--root-certificates", str(ca),
-                                         "--superlink", f"127.0.0.1:{port}",
-                                         "--port", str(_free_port()), "--node-config",
-                                         f"partition-id={i} num-partitions=3"]) for i in range(3)]
-        run = subprocess.Popen([str(BIN / "flwr"), "run", str(EXAMPLE), "local-deployment", "--stream",
-                                "--run-config", _run_config(built, result, **{
-                                    "num-server-rounds": 3, "min-nodes": 2, "local-epochs": 1000,
-                                    "round-timeout": 20.0})],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
-                               start_new_session=True)
-        started.append(run)
-        output, killed = [], False
-        deadline = time.monotonic() + 240
-        for line in run.stdout:
-            output.append(line)
+        fleet_.superlink()
+        nodes = fleet_.supernodes(3)
+
+        def kill_in_round_2(line: str) -> None:
             if not killed and "[ROUND 2/" in line:
                 time.sleep(1.0)  # the three clients are training
-                _stop_descendants({nodes[2].pid})
-                killed = True
-            assert time.monotonic() < deadline, "".join(output[-50:])
-        assert run.wait(timeout=60) == 0, "".join(output[-80:])
+                killed.append(fleet_.node_id(2))
+                nodes[2].send_signal(signal.SIGKILL)
+                _stop_descendants({nodes[2].pid})  # its SuperExec and ClientApp die with it
+        code, text = fleet_.run(_run_config(built, result, **{
+            "num-server-rounds": 3, "min-nodes": 3, "local-epochs": 1000, "round-timeout": 20.0}), kill_in_round_2)
+        assert code == 0, text[-4000:]
+        assert f"running on https://127.0.0.1:{fleet_.port}" in (fleet_.logs / "superlink.log").read_text()
     finally:
-        _stop_descendants({p.pid for p in started}, marker=str(home))
-    text = "".join(output)
+        fleet_.stop()
     assert killed, text[-3000:]
-    assert f"running on https://127.0.0.1:{port}" in (logs / "superlink.log").read_text()
+    assert f"round 2: lost node {killed[0]} (train)" in text, text[-4000:]
     losses = json.loads((result / "losses.json").read_text())
     accepted = {int(r): nodes for r, nodes in losses["accepted"].items()}
-    assert len(accepted[1]) == 3, accepted
+    assert len(accepted[1]) == 3 and killed[0] in accepted[1], accepted
     assert len(accepted[2]) == 2 and len(accepted[3]) == 2 and set(accepted[2]) < set(accepted[1]), accepted
-    assert losses["refused"] == []
+    assert killed[0] not in accepted[2] + accepted[3]
+    assert [r for r, node, _ in losses["lost"] if node == killed[0]][0] == 2, losses["lost"]
+    assert {node for _, node, _ in losses["lost"]} == {killed[0]} and losses["refused"] == []
     # (1000 local epochs, to make a round long enough to kill a client in, overfit each
     # client's two classes: the loss says only that the averaged model is a number.)
     assert all(np.isfinite(v) for v in losses["central_loss"].values())
     with np.load(result / "result.npz") as final:
         assert sorted(final.files) == ["b1", "b2", "w1", "w2"]
+
+
+@pytest.mark.slow
+def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
+    """The guide's insecure deployment, the SuperLink keeping its state in ``--database``:
+    SIGKILLed in round 2 of a run and restarted on the same port and database, it still knows
+    its SuperNodes, which rejoin without a restart under the node ids they had, and a new
+    ``flwr run`` trains on both. The interrupted run does not resume (flwr 1.42: its ServerApp
+    process exits with the SuperLink, see the guide); it is reported as failed."""
+    fleet_ = Deployment(tmp_path, tls=False)
+    killed: list[int] = []
+    try:
+        link = fleet_.superlink()
+        fleet_.supernodes(2)
+
+        def kill_in_round_2(line: str) -> None:
+            if not killed and "[ROUND 2/" in line:
+                link.send_signal(signal.SIGKILL)
+                killed.append(link.pid)
+        code, text = fleet_.run(_run_config(built, tmp_path / "first", **{
+            "num-server-rounds": 5, "local-epochs": 200}), kill_in_round_2, limit=120)
+        assert killed, text[-3000:]
+        print("first run:", code, text[-1500:])
+        ids = sorted(fleet_.node_id(i) for i in range(2))
+        link.wait(timeout=30)
+        fleet_.superlink()
+        code, text = fleet_.run(_run_config(built, tmp_path / "second", **{
+            "num-server-rounds": 1, "local-epochs": 1, "node-wait": 90.0}), limit=150)
+        print("second run:", code, text[-1500:])
+        print(fleet_.flwr("list"))
+        assert code == 0, text[-4000:]
+    finally:
+        fleet_.stop()
+    losses = json.loads((tmp_path / "second" / "losses.json").read_text())
+    assert sorted(losses["accepted"]["1"]) == ids, (losses, ids)
+    assert sorted(fleet_.node_id(i) for i in range(2)) == ids
