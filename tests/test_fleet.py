@@ -373,6 +373,69 @@ def _run_config(built: Path, result: Path, **more) -> str:
     return " ".join(f"{k}={v}" for k, v in items.items())
 
 
+def test_irgrad_runtime_only_imports_no_frontend_where_the_compiler_is_installed(tmp_path):
+    """IRGRAD_RUNTIME_ONLY=1 (a SuperNode's environment where the compiler is installed too:
+    Flower starts a Python per message): ``import irgrad.fleet`` imports neither the
+    frontend nor the compiler, and a frontend name says why it is missing."""
+    code = ("import sys, irgrad, irgrad.fleet\n"
+            "assert not any(m in sys.modules for m in ('irgrad.frontend', 'iree.compiler')), sorted(sys.modules)\n"
+            "irgrad.function\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, IRGRAD_RUNTIME_ONLY="1", PYTHONPATH=str(ROOT)))
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+        "ImportError: irgrad.function is part of irgrad's frontend, not imported: IRGRAD_RUNTIME_ONLY is set "
+        "(this process runs artifacts only: ig.load, Module, ig.runtime)"), done.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-c", "import irgrad; irgrad.function"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, IRGRAD_RUNTIME_ONLY="0", PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_tolerate_dropouts_logs_a_node_whose_client_fails_and_averages_the_others(built):
+    """Three simulated clients, one raising in every round: ``fleet.tolerate_dropouts`` logs it
+    as lost with the error reply's reason, each round averages the two others, and the run
+    finishes its two rounds; fewer than ``min_nodes`` connected after ``wait`` seconds stops
+    the ServerApp with the counts."""
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    path = built / "fleet.vmfb"
+    m = fleet.model(path)
+    initial = fleet.initial_arrays(m, built / "init.npz")
+    outcome: dict = {}
+
+    def fail_for_partition_2(msg, context, call_next):
+        if int(context.node_config["partition-id"]) == 2:
+            raise RuntimeError("partition 2's device is gone")
+        return call_next(msg, context)
+
+    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 3), epochs=1,
+                              mods=[fail_for_partition_2])
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = fleet.guard(FedAvg(fraction_evaluate=0.0, min_available_nodes=3, min_train_nodes=3), initial)
+        fleet.tolerate_dropouts(strategy, min_nodes=3, min_survivors=2, wait=30)
+        strategy.start(grid=grid, initial_arrays=initial, num_rounds=2, timeout=120)
+        outcome["lost"], outcome["accepted"] = strategy.lost, strategy.accepted
+        try:
+            fleet.tolerate_dropouts(FedAvg(), min_nodes=4, wait=0.5).configure_train(3, initial, {}, grid)
+        except RuntimeError as error:
+            outcome["error"] = str(error)
+
+    run_simulation(server_app=server, client_app=client, num_supernodes=3,
+                   backend_config={"client_resources": {"num_cpus": 1}})
+    assert [r for r, _, _ in outcome["lost"]] == [1, 2], outcome
+    assert len({node for _, node, _ in outcome["lost"]}) == 1
+    assert all(reason.startswith("error reply: ") and "partition 2's device is gone" in reason
+               for _, _, reason in outcome["lost"]), outcome["lost"]
+    assert [len(outcome["accepted"][r]) for r in (1, 2)] == [2, 2]
+    assert outcome["error"] == "irgrad.fleet: round 3: 3 nodes connected after 0.5 s, fewer than the 4 required"
+    with pytest.raises(ValueError, match=r"min_survivors must be in 1..min_nodes \(2\), got 3"):
+        fleet.tolerate_dropouts(FedAvg(), min_nodes=2, min_survivors=3)
+
+
 # ----- the Simulation Runtime: 10 clients ----------------------------------------------------
 
 @pytest.mark.slow
@@ -726,18 +789,21 @@ def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
                 killed.append(link.pid)
         code, text = fleet_.run(_run_config(built, tmp_path / "first", **{
             "num-server-rounds": 5, "local-epochs": 200}), kill_in_round_2, limit=120)
-        assert killed, text[-3000:]
-        print("first run:", code, text[-1500:])
+        assert killed and code != 0 and "Connection to the SuperLink is unavailable" in text, text[-3000:]
+        first = text.split("Successfully started run ")[1].split()[0]
         ids = sorted(fleet_.node_id(i) for i in range(2))
         link.wait(timeout=30)
         fleet_.superlink()
         code, text = fleet_.run(_run_config(built, tmp_path / "second", **{
             "num-server-rounds": 1, "local-epochs": 1, "node-wait": 90.0}), limit=150)
-        print("second run:", code, text[-1500:])
-        print(fleet_.flwr("list"))
         assert code == 0, text[-4000:]
+        runs = {r["run-id"]: r for r in json.loads(fleet_.flwr("list", "--format", "json"))["runs"]}
     finally:
         fleet_.stop()
+    second = text.split("Successfully started run ")[1].split()[0]
+    print({k: (r["status"], r["status-details"]) for k, r in runs.items()})
+    assert runs[second]["status"] == "finished:completed", runs
+    assert runs[first]["status"].startswith("finished:") and runs[first]["status"] != "finished:completed", runs
     losses = json.loads((tmp_path / "second" / "losses.json").read_text())
     assert sorted(losses["accepted"]["1"]) == ids, (losses, ids)
-    assert sorted(fleet_.node_id(i) for i in range(2)) == ids
+    assert sorted(fleet_.node_id(i) for i in range(2)) == ids  # no SuperNode registered again
