@@ -1,10 +1,12 @@
 """Federated learning with irgrad training artifacts on Flower (``irgrad.fleet``, examples/fleet):
 the client on the runtime-only install, a 10-client Simulation Runtime run reaching central
-training's loss, a real SuperLink with SuperNodes on 127.0.0.1 (one killed mid-round),
+training's loss, a real SuperLink with SuperNodes on 127.0.0.1 (one SuperNode killed
+mid-round with the minimum at all three; the SuperLink killed and restarted on its database),
 malformed updates refused, FedProx's term compiled into the step.
 
-Every process a test starts is bounded (timeouts) and stopped with its process group; the
-servers listen on 127.0.0.1 only; flwr's own files go to a temporary ``FLWR_HOME``.
+Every flwr command runs from an empty ``FLWR_HOME`` after the guide's
+``python -m fleet_app.connections``; every process a test starts is bounded (timeouts) and
+stopped by PID with what it started; the servers listen on 127.0.0.1 only.
 """
 from __future__ import annotations
 
@@ -718,10 +720,10 @@ class Deployment:
         assert code != -signal.SIGKILL, f"flwr run still running after {limit} s: " + "".join(output[-50:])
         return code, "".join(output)
 
-    def flwr(self, *args: str) -> str:
-        """``flwr ARGS local-deployment`` (list, log...): its output."""
-        done = subprocess.run([str(BIN / "flwr"), *args, "local-deployment"], capture_output=True, text=True,
-                              cwd=ROOT, env=self.env, timeout=60)
+    def flwr(self, command: str, *args: str) -> str:
+        """``flwr COMMAND ARGS local-deployment`` (list, stop...): its output."""
+        done = subprocess.run([str(BIN / "flwr"), command, *args, "local-deployment"], capture_output=True,
+                              text=True, cwd=ROOT, env=self.env, timeout=60)
         return done.stdout + done.stderr
 
     def stop(self) -> None:
@@ -797,13 +799,18 @@ def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
         code, text = fleet_.run(_run_config(built, tmp_path / "second", **{
             "num-server-rounds": 1, "local-epochs": 1, "node-wait": 90.0}), limit=150)
         assert code == 0, text[-4000:]
-        runs = {r["run-id"]: r for r in json.loads(fleet_.flwr("list", "--format", "json"))["runs"]}
+        before = {r["run-id"]: r for r in json.loads(fleet_.flwr("list", "--format", "json"))["runs"]}
+        stopped = fleet_.flwr("stop", first)
+        after = {r["run-id"]: r for r in json.loads(fleet_.flwr("list", "--format", "json"))["runs"]}
     finally:
         fleet_.stop()
     second = text.split("Successfully started run ")[1].split()[0]
-    print({k: (r["status"], r["status-details"]) for k, r in runs.items()})
-    assert runs[second]["status"] == "finished:completed", runs
-    assert runs[first]["status"].startswith("finished:") and runs[first]["status"] != "finished:completed", runs
+    print({k: (r["status"], r["status-details"]) for k, r in before.items()}, stopped,
+          {k: (r["status"], r["status-details"]) for k, r in after.items()})
+    assert before[second]["status"] == "finished:completed", before
+    # Nothing runs the interrupted run any more, yet it is listed as running; flwr stop ends it.
+    assert before[first]["status"] == "running", before
+    assert after[first]["status"] == "finished:stopped", (stopped, after)
     losses = json.loads((tmp_path / "second" / "losses.json").read_text())
     assert sorted(losses["accepted"]["1"]) == ids, (losses, ids)
     assert sorted(fleet_.node_id(i) for i in range(2)) == ids  # no SuperNode registered again
