@@ -11,6 +11,7 @@ then, from the repository root, in irgrad's environment (with flwr: `pip install
 
     .venv/bin/python benchmarks/bench_fleet.py --torch-python /work/benchvenv/bin/python   # ~3 min
     .venv/bin/python benchmarks/bench_fleet.py --quick          # no torch, 10 clients only
+    .venv/bin/python benchmarks/bench_fleet.py --round-cost 5   # ~1 min: a round's ClientApp process
 
 Measured, for an MLP (784-128-10) and a small CNN (3x3 conv, 8 channels, relu, dense; 28x28x1),
 batch 32, softmax cross-entropy, Adam (bench_train.py's models):
@@ -26,6 +27,11 @@ batch 32, softmax cross-entropy, Adam (bench_train.py's models):
 * the install size of each client: the files of the distributions it needs (with everything
   they require) — iree-base-runtime, numpy, flwr and irgrad's own files, against torch,
   numpy and flwr; also without flwr's share;
+* a client's cost per round under the Deployment Runtime (``--round-cost N``): one ClientApp
+  process, as a SuperNode starts one per message, answering one train message of the fleet
+  example, irgrad's client (runtime-only install; full install, with and without
+  ``IRGRAD_RUNTIME_ONLY=1``) against a numpy client of the same model, medians of N processes
+  run in turn (docs/guides/fleet.md has the figures);
 * Flower's round time (the Simulation Runtime, ``flwr.simulation.run_simulation``, FedAvg, the
   fleet example's model and non-IID shards) for 10 and 100 clients: the seconds between the
   server's central evaluations, i.e. a round's sampling, sending, local training, replies and
