@@ -285,6 +285,34 @@ def _connections(home: Path, deployment_port: int | None = None, root_certificat
     return done.stdout
 
 
+def test_connections_fill_an_empty_flwr_home_and_keep_other_connections(tmp_path):
+    """``fleet_app.connections`` in an empty FLWR_HOME: Flower's file with the example's two
+    connections (local-simulation the default); run again, it changes local-deployment and
+    keeps a connection of the user's; a CA file that is not there is a one-line error."""
+    import tomllib
+
+    home = tmp_path / "flwr"
+    printed = _connections(home)
+    config = tomllib.loads((home / "config.toml").read_text())["superlink"]
+    assert config["default"] == "local-simulation" and "local" in config, config
+    assert config["local-simulation"] == {"address": ":local:", "options": {"num-supernodes": 10}}
+    assert config["local-deployment"] == {"address": "127.0.0.1:8000", "insecure": True}
+    assert printed.strip().endswith("local-deployment: 127.0.0.1:8000, insecure"), printed
+    with open(home / "config.toml", "a") as f:
+        f.write('\n[superlink.mine]\naddress = "10.0.0.1:9093"\ninsecure = true\n')
+    env = dict(_flwr_env(home), PYTHONPATH=str(EXAMPLE))
+    done = subprocess.run([sys.executable, "-m", "fleet_app.connections", "--address", "127.0.0.1:9100"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    config = tomllib.loads((home / "config.toml").read_text())["superlink"]
+    assert config["mine"] == {"address": "10.0.0.1:9093", "insecure": True}
+    assert config["local-deployment"]["address"] == "127.0.0.1:9100"
+    done = subprocess.run([sys.executable, "-m", "fleet_app.connections", "--root-certificates",
+                           str(tmp_path / "no-ca.crt")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].endswith(
+        f"error: --root-certificates: no file {tmp_path / 'no-ca.crt'}"), done.stderr
+
+
 def _certificates(folder: Path) -> tuple[Path, Path, Path]:
     """A CA and a server certificate for 127.0.0.1 signed by it, made here (cryptography is a
     requirement of flwr): (ca.crt, server.pem, server.key)."""
