@@ -264,6 +264,21 @@ def _wait_for_port(port: int, log: Path, limit: float = 60) -> None:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {limit} s: {log.read_text()[-2000:]}")
 
 
+def _wait_for_no_local_superlink(limit: float = 180) -> None:
+    """flwr 1.42 starts its local SuperLink (simulations) on the fixed ports 39091/39093 and
+    reuses one it finds there, whatever its FLWR_HOME: wait until another run's is gone."""
+    from flwr.cli.constant import LOCAL_SUPERLINK_HTTP_API_PORT
+
+    port = int(LOCAL_SUPERLINK_HTTP_API_PORT)
+    deadline = time.monotonic() + limit
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        assert time.monotonic() < deadline, f"another local SuperLink holds 127.0.0.1:{port} after {limit} s"
+        time.sleep(1.0)
+
+
 def _flwr_env(home: Path) -> dict[str, str]:
     env = dict(os.environ, FLWR_HOME=str(home), PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("VIRTUAL_ENV", None)
@@ -474,6 +489,7 @@ def test_ten_simulated_clients_reach_the_central_loss(built, tmp_path):
     FedAvg, 10 rounds; the global model's held-out loss ends within 10 % of the same model
     trained centrally on the union of the clients' data."""
     home, result = tmp_path / "flwr", tmp_path / "result"
+    _wait_for_no_local_superlink()
     pyproject = (EXAMPLE / "pyproject.toml").read_bytes()
     assert "default local-simulation" in _connections(home)
     start = time.monotonic()
