@@ -819,12 +819,16 @@ def test_supernode_killed_mid_round_the_run_finishes_with_the_others(built, tmp_
 @pytest.mark.slow
 def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
     """The guide's insecure deployment, the SuperLink keeping its state in ``--database``:
-    SIGKILLed in round 2 of a run and restarted on the same port and database, it still knows
-    its SuperNodes, which rejoin without a restart under the node ids they had, and a new
-    ``flwr run`` trains on both. The interrupted run does not resume (flwr 1.42: its ServerApp
-    process exits with the SuperLink, see the guide); it is reported as failed."""
+    SIGKILLed in round 2 of a 5-round run and restarted on the same port and database, it
+    still knows its SuperNodes, which rejoin without a restart under the node ids they had.
+    The interrupted run does not resume by itself (flwr 1.42: its ServerApp process exits with
+    the SuperLink, see the guide); it stays listed as running until ``flwr stop``. The same
+    ``flwr run`` with ``resume=true`` starts from the example's last checkpoint (round 1) and
+    runs the 4 rounds left on the same SuperNodes."""
     fleet_ = Deployment(tmp_path, tls=False)
     killed: list[int] = []
+    result = tmp_path / "result"
+    config = _run_config(built, result, **{"num-server-rounds": 5, "local-epochs": 100})
     try:
         link = fleet_.superlink()
         fleet_.supernodes(2)
@@ -833,15 +837,15 @@ def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
             if not killed and "[ROUND 2/" in line:
                 link.send_signal(signal.SIGKILL)
                 killed.append(link.pid)
-        code, text = fleet_.run(_run_config(built, tmp_path / "first", **{
-            "num-server-rounds": 5, "local-epochs": 200}), kill_in_round_2, limit=120)
+        code, text = fleet_.run(config, kill_in_round_2, limit=120)
         assert killed and code != 0 and "Connection to the SuperLink is unavailable" in text, text[-3000:]
         first = text.split("Successfully started run ")[1].split()[0]
+        round_1_loss = text.split("irgrad.fleet: round 1: central loss ")[1].split()[0]
+        assert json.loads((result / "checkpoint.json").read_text()) == {"round": 1, "file": "checkpoint-1.npz"}
         ids = sorted(fleet_.node_id(i) for i in range(2))
         link.wait(timeout=30)
         fleet_.superlink()
-        code, text = fleet_.run(_run_config(built, tmp_path / "second", **{
-            "num-server-rounds": 1, "local-epochs": 1, "node-wait": 90.0}), limit=150)
+        code, text = fleet_.run(config + " resume=true node-wait=90.0", limit=180)
         assert code == 0, text[-4000:]
         before = {r["run-id"]: r for r in json.loads(fleet_.flwr("list", "--format", "json"))["runs"]}
         stopped = fleet_.flwr("stop", first)
@@ -849,12 +853,15 @@ def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
     finally:
         fleet_.stop()
     second = text.split("Successfully started run ")[1].split()[0]
-    print({k: (r["status"], r["status-details"]) for k, r in before.items()}, stopped,
-          {k: (r["status"], r["status-details"]) for k, r in after.items()})
     assert before[second]["status"] == "finished:completed", before
     # Nothing runs the interrupted run any more, yet it is listed as running; flwr stop ends it.
     assert before[first]["status"] == "running", before
     assert after[first]["status"] == "finished:stopped", (stopped, after)
-    losses = json.loads((tmp_path / "second" / "losses.json").read_text())
-    assert sorted(losses["accepted"]["1"]) == ids, (losses, ids)
+    assert f"resuming after round 1 from {result / 'checkpoint-1.npz'}" in text, text[-3000:]
+    assert f"irgrad.fleet: round 0: central loss {round_1_loss}" in text and "[ROUND 4/4]" in text, text[-3000:]
+    losses = json.loads((result / "losses.json").read_text())
+    assert sorted(map(int, losses["central_loss"])) == [1, 2, 3, 4, 5], losses
+    assert all(sorted(nodes) == ids for nodes in losses["accepted"].values()), (losses, ids)
+    assert json.loads((result / "checkpoint.json").read_text()) == {"round": 5, "file": "checkpoint-5.npz"}
+    assert sorted(p.name for p in result.glob("checkpoint-*.npz")) == ["checkpoint-5.npz"]
     assert sorted(fleet_.node_id(i) for i in range(2)) == ids  # no SuperNode registered again
