@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from flwr.app import Array, ArrayRecord, Context, Message, Metadata, MetricRecord, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
 
 import irgrad as ig  # noqa: E402
 from irgrad import fleet  # noqa: E402
@@ -123,6 +124,12 @@ def test_fedprox_term_is_compiled_into_the_step(built):
         ig.passes.proximal(text, "loss", model.WRT, -1.0)
 
 
+def _shard_clients(path: Path, parts: int, *mods) -> ClientApp:
+    """The example's clients on ``parts`` shards, one local epoch, with Flower ``mods``."""
+    return fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), parts), epochs=1,
+                            mods=list(mods))
+
+
 def _message(content: RecordDict, kind: str) -> Message:
     return Message(content=content, metadata=Metadata(
         run_id=1, message_id="m", src_node_id=1, dst_node_id=7, reply_to_message_id="", group_id="1",
@@ -170,7 +177,7 @@ def test_fedprox_runs_with_the_compiled_proximal_step(built):
     assert m.function == "loss_prox_train_step" and len(m.globals) == 4
     initial = fleet.initial_arrays(m, built / "init.npz")
     outcome = {}
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 3), epochs=1)
+    client = _shard_clients(path, 3)
     server = ServerApp()
 
     @server.main()
@@ -454,8 +461,7 @@ def test_tolerate_dropouts_logs_a_node_whose_client_fails_and_averages_the_other
             raise RuntimeError("partition 2's device is gone")
         return call_next(msg, context)
 
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 3), epochs=1,
-                              mods=[fail_for_partition_2])
+    client = _shard_clients(path, 3, fail_for_partition_2)
     server = ServerApp()
 
     @server.main()
@@ -544,8 +550,7 @@ def test_nan_shape_and_name_updates_are_refused_with_a_reason(built):
             reply.content["arrays"] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
         return reply
 
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 5), epochs=1,
-                              mods=[corrupt])
+    client = _shard_clients(path, 5, corrupt)
     server = ServerApp()
 
     @server.main()
@@ -637,8 +642,7 @@ def test_secagg_plus_gives_plain_fedavgs_parameters_within_its_quantization_erro
     m = fleet.model(path)
     initial = fleet.initial_arrays(m, built / "init.npz")
     outcome = {}
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 4), epochs=1,
-                              mods=[secaggplus_mod])
+    client = _shard_clients(path, 4, secaggplus_mod)
     server = ServerApp()
 
     @server.main()
@@ -672,8 +676,7 @@ def test_client_side_dp_clipping_runs_and_bounds_the_update(built):
     m = fleet.model(path)
     initial = fleet.initial_arrays(m, built / "init.npz")
     clip, outcome = 0.5, {}
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 3), epochs=1,
-                              mods=[fixedclipping_mod])
+    client = _shard_clients(path, 3, fixedclipping_mod)
     server = ServerApp()
 
     @server.main()
