@@ -311,11 +311,11 @@ def test_connections_fill_an_empty_flwr_home_and_keep_other_connections(tmp_path
     """``fleet_app.connections`` in an empty FLWR_HOME: Flower's file with the example's two
     connections (local-simulation the default); run again, it changes local-deployment and
     keeps a connection of the user's; a CA file that is not there is a one-line error."""
-    import tomllib
+    import tomli
 
     home = tmp_path / "flwr"
     printed = _connections(home)
-    config = tomllib.loads((home / "config.toml").read_text())["superlink"]
+    config = tomli.loads((home / "config.toml").read_text())["superlink"]
     assert config["default"] == "local-simulation" and "local" in config, config
     assert config["local-simulation"] == {"address": ":local:", "options": {"num-supernodes": 10}}
     assert config["local-deployment"] == {"address": "127.0.0.1:8000", "insecure": True}
@@ -326,7 +326,7 @@ def test_connections_fill_an_empty_flwr_home_and_keep_other_connections(tmp_path
     done = subprocess.run([sys.executable, "-m", "fleet_app.connections", "--address", "127.0.0.1:9100"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    config = tomllib.loads((home / "config.toml").read_text())["superlink"]
+    config = tomli.loads((home / "config.toml").read_text())["superlink"]
     assert config["mine"] == {"address": "10.0.0.1:9093", "insecure": True}
     assert config["local-deployment"]["address"] == "127.0.0.1:9100"
     done = subprocess.run([sys.executable, "-m", "fleet_app.connections", "--root-certificates",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
+import tomli  # flwr requires it (tomllib is Python 3.11+)
 from pathlib import Path
 
 from flwr.cli.flower_config import (parse_superlink_connection, read_flower_config,
@@ -29,7 +29,7 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 def connections() -> tuple[dict[str, dict], str]:
     """The example's connections (name -> Flower's connection table) and the default one."""
-    table = tomllib.loads(PYPROJECT.read_text())["tool"]["irgrad"]["superlink"]
+    table = tomli.loads(PYPROJECT.read_text())["tool"]["irgrad"]["superlink"]
     default = table["default"]
     return {k: v for k, v in table.items() if isinstance(v, dict)}, default
 
