@@ -11,6 +11,7 @@ then, from the repository root, in irgrad's environment (with flwr: `pip install
 
     .venv/bin/python benchmarks/bench_fleet.py --torch-python /work/benchvenv/bin/python   # ~3 min
     .venv/bin/python benchmarks/bench_fleet.py --quick          # no torch, 10 clients only
+    .venv/bin/python benchmarks/bench_fleet.py --round-cost 5   # ~1 min: a round's ClientApp process
 
 Measured, for an MLP (784-128-10) and a small CNN (3x3 conv, 8 channels, relu, dense; 28x28x1),
 batch 32, softmax cross-entropy, Adam (bench_train.py's models):
@@ -26,6 +27,11 @@ batch 32, softmax cross-entropy, Adam (bench_train.py's models):
 * the install size of each client: the files of the distributions it needs (with everything
   they require) — iree-base-runtime, numpy, flwr and irgrad's own files, against torch,
   numpy and flwr; also without flwr's share;
+* a client's cost per round under the Deployment Runtime (``--round-cost N``): one ClientApp
+  process, as a SuperNode starts one per message, answering one train message of the fleet
+  example, irgrad's client (runtime-only install; full install, with and without
+  ``IRGRAD_RUNTIME_ONLY=1``) against a numpy client of the same model, medians of N processes
+  run in turn (docs/guides/fleet.md has the figures);
 * Flower's round time (the Simulation Runtime, ``flwr.simulation.run_simulation``, FedAvg, the
   fleet example's model and non-IID shards) for 10 and 100 clients: the seconds between the
   server's central evaluations, i.e. a round's sampling, sending, local training, replies and
@@ -230,6 +236,135 @@ def round_times(clients: int, rounds: int, work: Path) -> list[float]:
     return list(np.diff(stamps))
 
 
+# ----- the per-round cost of a client under the Deployment Runtime ----------------------------
+#
+# Flower 1.42's SuperNode runs every message in a fresh `flwr-clientapp` process, in both of
+# its isolation modes (flwr/supernode/runtime/run_clientapp.py: one pull_task_input, one
+# client_app call, exit): whatever a client imports and loads, it does every round. One such
+# process is timed here as the SuperNode runs it: Python starts, imports flwr, imports the
+# app's module and answers one `train` message of the example (client 1 of 3: 2 local epochs
+# of its 1,066 examples in batches of 32, Adam). Flower's HTTP calls and FAB install, the same
+# for every app, are left out.
+
+# The example's model as a numpy ClientApp: the same MLP, loss, batches and Adam step.
+NUMPY_CLIENT = """
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from fleet_app.task import BATCH, PARAMS, partition
+
+app = ClientApp()
+
+def step(p, m, v, t, x, y, lr=0.01, b1=0.9, b2=0.999, eps=1e-7):
+    w1, c1, w2, c2 = p
+    h = x @ w1 + c1
+    a = np.maximum(h, 0)
+    z = a @ w2 + c2
+    z = z - z.max(1, keepdims=True)
+    e = np.exp(z)
+    s = e / e.sum(1, keepdims=True)
+    loss = float(-(y * np.log(s)).sum(1).mean())
+    dz = (s - y) / len(x)
+    da = dz @ w2.T * (h > 0)
+    grads = [x.T @ da, da.sum(0), a.T @ dz, dz.sum(0)]
+    for i, g in enumerate(grads):
+        m[i] = b1 * m[i] + (1 - b1) * g
+        v[i] = b2 * v[i] + (1 - b2) * g * g
+        p[i] = (p[i] - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m[i] / (np.sqrt(v[i]) + eps)).astype(np.float32)
+    return loss
+
+@app.train()
+def train(msg, context):
+    p = [msg.content["arrays"][n].numpy() for n in PARAMS]
+    (x, y), _ = partition(int(context.node_config["partition-id"]), int(context.node_config["num-partitions"]))
+    m, v, losses, t = [np.zeros_like(a) for a in p], [np.zeros_like(a) for a in p], [], 0
+    for epoch in range(int(msg.content["config"]["local-epochs"])):
+        order = np.random.default_rng((int(context.node_config["partition-id"]), epoch)).permutation(len(x))
+        for start in range(0, len(x) - BATCH + 1, BATCH):
+            t += 1
+            index = order[start:start + BATCH]
+            losses.append(step(p, m, v, t, x[index], y[index]))
+    n = len(x) // BATCH * BATCH
+    return Message(RecordDict({"arrays": ArrayRecord({k: Array(a) for k, a in zip(PARAMS, p)}),
+                               "metrics": MetricRecord({"train_loss": float(np.mean(losses)), "num-examples": n})}),
+                   reply_to=msg)
+"""
+
+# One ClientApp process answering one train message.
+ROUND_PROCESS = """
+import time
+start = time.perf_counter()
+import json, sys, importlib
+path, module, artifact_dir = sys.argv[1:4]
+sys.path[:0] = path.split(":")
+import numpy as np
+import flwr.app, flwr.clientapp
+from flwr.app import ArrayRecord, Array, ConfigRecord, Context, Message, Metadata, RecordDict
+flwr_done = time.perf_counter()
+app = importlib.import_module(module).app
+loaded = time.perf_counter()
+from fleet_app.task import initial_params
+context = Context(run_id=1, node_id=7, node_config={"partition-id": 1, "num-partitions": 3}, state=RecordDict(),
+                  run_config={"artifact-dir": artifact_dir, "strategy": "fedavg"})
+message = Message(content=RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in initial_params().items()}),
+                                      "config": ConfigRecord({"server-round": 1, "local-epochs": 2})}),
+                  metadata=Metadata(run_id=1, message_id="m", src_node_id=1, dst_node_id=7, reply_to_message_id="",
+                                    group_id="1", created_at=time.time(), ttl=600.0, message_type="train"))
+handled = time.perf_counter()
+reply = app(message, context)
+done = time.perf_counter()
+assert not reply.has_error(), reply.error
+print(json.dumps({"flwr": flwr_done - start, "app_import": loaded - flwr_done, "handler": done - handled,
+                  "train_loss": reply.content["metrics"]["train_loss"],
+                  "frontend": "irgrad.frontend" in sys.modules}))
+"""
+
+
+def round_cost(work: Path, processes: int) -> dict[str, dict]:
+    """Median seconds of one ClientApp process answering one train message, per client:
+    ``total`` (the process, start to exit), ``flwr`` (Python and flwr's imports),
+    ``app_import`` (the app's module: irgrad and the IREE runtime, or nothing more),
+    ``handler`` (the train call: the artifact's load, the data, the local training), and
+    ``own`` = app_import + handler, the client's part beyond what every Flower client pays."""
+    from fleet_app import model as example
+    build = work / "fleet"
+    if not (build / "fleet.vmfb").exists():
+        example.main(str(build))
+    (work / "numpy_client.py").write_text(NUMPY_CLIENT)
+    site = runtime_only_site(work / "round", ["iree-base-runtime", "numpy", "flwr"])
+    example_dir = str(ROOT / "examples" / "fleet")
+    plain = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work)}
+    kinds = {  # python flags, sys.path, the app's module, environment
+        "numpy client": (["-I", "-S"], f"{site}:{example_dir}:{work}", "numpy_client", plain),
+        "irgrad, runtime-only install": (["-I", "-S"], f"{site}:{example_dir}", "fleet_app.client_app", plain),
+        "irgrad, full install": ([], f"{ROOT}:{example_dir}", "fleet_app.client_app", plain),
+        "irgrad, full install, IRGRAD_RUNTIME_ONLY=1": ([], f"{ROOT}:{example_dir}", "fleet_app.client_app",
+                                                        {**plain, "IRGRAD_RUNTIME_ONLY": "1"}),
+    }
+    out: dict[str, dict] = {}
+    for _ in range(processes):  # interleaved: the machine's load falls on every client alike
+        for kind, (flags, path, module, env) in kinds.items():
+            start = time.perf_counter()
+            row = _run([sys.executable, *flags, "-c", ROUND_PROCESS, path, module, str(build)], env=env)
+            row["total"] = time.perf_counter() - start
+            row["own"] = row["app_import"] + row["handler"]
+            out.setdefault(kind, []).append(row)
+    keys = ("total", "flwr", "app_import", "handler", "own")
+    return {kind: {**{k: float(np.median([r[k] for r in rows])) for k in keys},
+                   "train_loss": rows[0]["train_loss"], "frontend": rows[0]["frontend"]}
+            for kind, rows in out.items()}
+
+
+def print_round_cost(costs: dict[str, dict]) -> None:
+    base = costs["numpy client"]
+    print(f"{'one train message in one ClientApp process':44s} {'total s':>8s} {'flwr s':>7s} {'app s':>6s} "
+          f"{'handler s':>9s} {'total/numpy':>11s} {'own/numpy':>9s}")
+    for kind, c in costs.items():
+        print(f"{kind:44s} {c['total']:8.3f} {c['flwr']:7.3f} {c['app_import']:6.3f} {c['handler']:9.3f} "
+              f"{c['total'] / base['total']:11.2f} {c['own'] / base['own']:9.2f}"
+              f"   (train loss {c['train_loss']:.3f}{'; frontend imported' if c['frontend'] else ''})")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--torch-python", help="a Python with torch, numpy and flwr (the docstring's venv)")
@@ -237,7 +372,13 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7, help="timed blocks (median)")
     p.add_argument("--fl-rounds", type=int, default=3, help="Flower rounds per fleet size")
     p.add_argument("--quick", action="store_true", help="fewer steps, 10 clients only, no torch")
+    p.add_argument("--round-cost", type=int, default=0, metavar="N",
+                   help="only the per-round cost of a ClientApp process (medians of N processes per client)")
     args = p.parse_args(argv)
+    if args.round_cost:
+        with tempfile.TemporaryDirectory(prefix="bench_fleet.") as tmp:
+            print_round_cost(round_cost(Path(tmp), args.round_cost))
+        return 0
     if args.quick:
         args.steps, args.rounds, args.torch_python = 20, 3, None
     with tempfile.TemporaryDirectory(prefix="bench_fleet.") as tmp:

@@ -13,6 +13,7 @@ alone (``ig.load``, ``Module``, the errors): a device that only runs artifacts n
 """
 # Standard-library names under private aliases: dir(irgrad) is the public API (``__dir__`` below).
 import logging as _logging
+import os as _os
 import typing as _typing
 from importlib import import_module as _import_module, util as _importlib_util
 from types import ModuleType as _ModuleType
@@ -34,7 +35,12 @@ _RUNTIME_MODULES = ("fleet",)
 # irgrad-runtime (runtime-dist/) ships no frontend; the full irgrad without the compiler has one
 # it cannot import.
 _FRONTEND = _importlib_util.find_spec(f"{__name__}.frontend") is not None
-if _typing.TYPE_CHECKING or (_FRONTEND and _importlib_util.find_spec("iree.compiler") is not None):
+# IRGRAD_RUNTIME_ONLY=1: the runtime alone where the compiler is installed too (a Flower SuperNode
+# starts a Python per message, and the frontend with the compiler's bindings is most of the
+# import: docs/guides/fleet.md).
+_RUNTIME_ONLY = _os.environ.get("IRGRAD_RUNTIME_ONLY", "") not in ("", "0")
+if _typing.TYPE_CHECKING or (_FRONTEND and not _RUNTIME_ONLY
+                             and _importlib_util.find_spec("iree.compiler") is not None):
     from .frontend import *  # noqa: F403
     from .ops import *  # noqa: F403  (already in frontend's names; said again for type checkers)
     # Named again: irgrad.function and irgrad.gradients are also submodules, which type checkers prefer.
@@ -46,6 +52,9 @@ else:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         if name in _RUNTIME_MODULES:  # `from irgrad import fleet`: a submodule that needs no compiler
             return _import_module(f"{__name__}.{name}")
+        if _FRONTEND and _RUNTIME_ONLY:
+            raise ImportError(f"irgrad.{name} is part of irgrad's frontend, not imported: IRGRAD_RUNTIME_ONLY is set "
+                              "(this process runs artifacts only: ig.load, Module, ig.runtime)")
         need = "pip install iree-base-compiler" if _FRONTEND else "pip install irgrad (this is irgrad-runtime)"
         raise ImportError(
             f"irgrad.{name} is part of irgrad's frontend, which needs the compiler: {need}. "

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from typing import Any
@@ -52,7 +53,7 @@ from .runtime import Module, load
 from .runtime.trainer import training_step
 
 __all__ = ["GLOBAL_PREFIX", "Model", "PoisonedModel", "central_evaluation", "client_app", "guard", "initial_arrays",
-           "model"]
+           "model", "tolerate_dropouts"]
 
 # A training step with the proximal term names the global copy of parameter ``w`` "global:w".
 GLOBAL_PREFIX = "global:"
@@ -559,3 +560,69 @@ def central_evaluation(artifact: Model | str | os.PathLike, data: Data, function
         log(INFO, "irgrad.fleet: round %s: central loss %.6f", server_round, loss)
         return MetricRecord({key: loss})
     return evaluate
+
+
+def tolerate_dropouts(strategy: Any, min_nodes: int, min_survivors: int = 1, wait: float = 60.0) -> Any:
+    """``strategy`` (any Flower message-API strategy), surviving clients that leave mid-run.
+
+    Flower 1.42's strategies wait for ``min_available_nodes`` before every round with no time
+    limit (``flwr.serverapp.strategy.strategy_utils.sample_nodes``): with the minimum equal to
+    the fleet, one SuperNode lost hangs the run forever. Here the first round waits for
+    ``min_nodes`` connected nodes, every later round for ``min_survivors``, each at most
+    ``wait`` seconds (then ``RuntimeError``: the ServerApp, and the run, fail with the count in
+    the message); a round then samples from the nodes still connected. A node sampled for a
+    round that replies with an error (the SuperLink answers for a node that missed its
+    heartbeats, a ClientApp that raised) or not at all before the round's ``timeout`` is
+    logged as lost (WARNING, with the round, the node and why) and kept in ``strategy.lost``
+    as ``(round, node_id, reason)``. Returns ``strategy``, changed in place."""
+    if not 1 <= min_survivors <= min_nodes:
+        raise ValueError(f"min_survivors must be in 1..min_nodes ({min_nodes}), got {min_survivors}")
+    strategy.lost = []
+    sent: dict[tuple[str, int], set[int]] = {}
+    keys = {"train": ("min_train_nodes",), "evaluate": ("min_evaluate_nodes",)}
+    first: list[int] = []
+
+    def configure(kind: str, original: Callable) -> Callable:
+        def configured(server_round: int, arrays: ArrayRecord, config: Any, grid: Any) -> Iterable[Message]:
+            if not first:
+                first.append(server_round)
+            need = min_nodes if server_round == first[0] else min_survivors
+            deadline = time.monotonic() + wait
+            while len(connected := list(grid.get_node_ids())) < need:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"irgrad.fleet: round {server_round}: {len(connected)} nodes connected after "
+                                       f"{wait:g} s, fewer than the {need} required")
+                time.sleep(1.0)
+            saved = {k: getattr(strategy, k) for k in ("min_available_nodes", *keys[kind]) if hasattr(strategy, k)}
+            for k, v in saved.items():  # sample from the nodes there are, never wait for more
+                setattr(strategy, k, min(v, len(connected)))
+            try:
+                messages = list(original(server_round, arrays, config, grid))
+            finally:
+                for k, v in saved.items():
+                    setattr(strategy, k, v)
+            sent[(kind, server_round)] = {m.metadata.dst_node_id for m in messages}
+            return messages
+        return configured
+
+    def aggregate(kind: str, original: Callable) -> Callable:
+        def aggregated(server_round: int, replies: Iterable[Message]):
+            replies = list(replies)
+            targets = sent.pop((kind, server_round), set())
+            lost = [(m.metadata.src_node_id, f"error reply: {m.error.reason}") for m in replies if m.has_error()]
+            lost += [(n, "no reply within the round's timeout")
+                     for n in sorted(targets - {m.metadata.src_node_id for m in replies})]
+            for node, reason in lost:
+                strategy.lost.append((server_round, node, reason))
+                log(WARNING, "irgrad.fleet: round %s: lost node %s (%s): %s", server_round, node, kind, reason)
+            if lost:
+                log(INFO, "irgrad.fleet: round %s: %d of %d nodes answered %s", server_round,
+                    len(targets) - len(lost), len(targets), kind)
+            return original(server_round, replies)
+        return aggregated
+
+    strategy.configure_train = configure("train", strategy.configure_train)
+    strategy.configure_evaluate = configure("evaluate", strategy.configure_evaluate)
+    strategy.aggregate_train = aggregate("train", strategy.aggregate_train)
+    strategy.aggregate_evaluate = aggregate("evaluate", strategy.aggregate_evaluate)
+    return strategy

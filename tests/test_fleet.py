@@ -1,10 +1,12 @@
 """Federated learning with irgrad training artifacts on Flower (``irgrad.fleet``, examples/fleet):
 the client on the runtime-only install, a 10-client Simulation Runtime run reaching central
-training's loss, a real SuperLink with SuperNodes on 127.0.0.1 (one killed mid-round),
+training's loss, a real SuperLink with SuperNodes on 127.0.0.1 (one SuperNode killed
+mid-round with the minimum at all three; the SuperLink killed and restarted on its database),
 malformed updates refused, FedProx's term compiled into the step.
 
-Every process a test starts is bounded (timeouts) and stopped with its process group; the
-servers listen on 127.0.0.1 only; flwr's own files go to a temporary ``FLWR_HOME``.
+Every flwr command runs from an empty ``FLWR_HOME`` after the guide's
+``python -m fleet_app.connections``; every process a test starts is bounded (timeouts) and
+stopped by PID with what it started; the servers listen on 127.0.0.1 only.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from flwr.app import Array, ArrayRecord, Context, Message, Metadata, MetricRecord, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
 
 import irgrad as ig  # noqa: E402
 from irgrad import fleet  # noqa: E402
@@ -120,6 +124,12 @@ def test_fedprox_term_is_compiled_into_the_step(built):
         ig.passes.proximal(text, "loss", model.WRT, -1.0)
 
 
+def _shard_clients(path: Path, parts: int, *mods) -> ClientApp:
+    """The example's clients on ``parts`` shards, one local epoch, with Flower ``mods``."""
+    return fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), parts), epochs=1,
+                            mods=list(mods))
+
+
 def _message(content: RecordDict, kind: str) -> Message:
     return Message(content=content, metadata=Metadata(
         run_id=1, message_id="m", src_node_id=1, dst_node_id=7, reply_to_message_id="", group_id="1",
@@ -167,7 +177,7 @@ def test_fedprox_runs_with_the_compiled_proximal_step(built):
     assert m.function == "loss_prox_train_step" and len(m.globals) == 4
     initial = fleet.initial_arrays(m, built / "init.npz")
     outcome = {}
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 3), epochs=1)
+    client = _shard_clients(path, 3)
     server = ServerApp()
 
     @server.main()
@@ -261,30 +271,68 @@ def _wait_for_port(port: int, log: Path, limit: float = 60) -> None:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {limit} s: {log.read_text()[-2000:]}")
 
 
+def _wait_for_no_local_superlink(limit: float = 180) -> None:
+    """flwr 1.42 starts its local SuperLink (simulations) on the fixed ports 39091/39093 and
+    reuses one it finds there, whatever its FLWR_HOME: wait until another run's is gone."""
+    from flwr.cli.constant import LOCAL_SUPERLINK_HTTP_API_PORT
+
+    port = int(LOCAL_SUPERLINK_HTTP_API_PORT)
+    deadline = time.monotonic() + limit
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        assert time.monotonic() < deadline, f"another local SuperLink holds 127.0.0.1:{port} after {limit} s"
+        time.sleep(1.0)
+
+
 def _flwr_env(home: Path) -> dict[str, str]:
     env = dict(os.environ, FLWR_HOME=str(home), PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("VIRTUAL_ENV", None)
     return env
 
 
-def _write_config(home: Path, deployment_port: int | None = None, root_certificates: Path | None = None) -> None:
-    """flwr's connection config (flwr 1.42 keeps it in FLWR_HOME/config.toml, migrated from
-    the app's [tool.flwr.federations] on first use): the example's, with the test's port and,
-    given ``root_certificates``, TLS instead of insecure mode."""
-    home.mkdir(parents=True, exist_ok=True)
-    port = deployment_port or 8000
-    security = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
-    (home / "config.toml").write_text(f"""[superlink]
-default = "local-simulation"
+def _connections(home: Path, deployment_port: int | None = None, root_certificates: Path | None = None) -> str:
+    """The guide's first command, ``python -m fleet_app.connections``, in an empty ``FLWR_HOME``
+    (flwr 1.42 reads SuperLink connections only from FLWR_HOME/config.toml): the example's
+    connections, with the test's port and, given ``root_certificates``, TLS instead of
+    insecure mode. Returns what it printed."""
+    assert not home.exists()
+    args = [] if deployment_port is None else ["--address", f"127.0.0.1:{deployment_port}"]
+    if root_certificates:
+        args += ["--root-certificates", str(root_certificates)]
+    done = subprocess.run([sys.executable, "-m", "fleet_app.connections", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(_flwr_env(home), PYTHONPATH=str(EXAMPLE)), timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
-[superlink.local-simulation]
-address = ":local:"
-options.num-supernodes = 10
 
-[superlink.local-deployment]
-address = "127.0.0.1:{port}"
-{security}
-""")
+def test_connections_fill_an_empty_flwr_home_and_keep_other_connections(tmp_path):
+    """``fleet_app.connections`` in an empty FLWR_HOME: Flower's file with the example's two
+    connections (local-simulation the default); run again, it changes local-deployment and
+    keeps a connection of the user's; a CA file that is not there is a one-line error."""
+    import tomli
+
+    home = tmp_path / "flwr"
+    printed = _connections(home)
+    config = tomli.loads((home / "config.toml").read_text())["superlink"]
+    assert config["default"] == "local-simulation" and "local" in config, config
+    assert config["local-simulation"] == {"address": ":local:", "options": {"num-supernodes": 10}}
+    assert config["local-deployment"] == {"address": "127.0.0.1:8000", "insecure": True}
+    assert printed.strip().endswith("local-deployment: 127.0.0.1:8000, insecure"), printed
+    with open(home / "config.toml", "a") as f:
+        f.write('\n[superlink.mine]\naddress = "10.0.0.1:9093"\ninsecure = true\n')
+    env = dict(_flwr_env(home), PYTHONPATH=str(EXAMPLE))
+    done = subprocess.run([sys.executable, "-m", "fleet_app.connections", "--address", "127.0.0.1:9100"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    config = tomli.loads((home / "config.toml").read_text())["superlink"]
+    assert config["mine"] == {"address": "10.0.0.1:9093", "insecure": True}
+    assert config["local-deployment"]["address"] == "127.0.0.1:9100"
+    done = subprocess.run([sys.executable, "-m", "fleet_app.connections", "--root-certificates",
+                           str(tmp_path / "no-ca.crt")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].endswith(
+        f"error: --root-certificates: no file {tmp_path / 'no-ca.crt'}"), done.stderr
 
 
 def _certificates(folder: Path) -> tuple[Path, Path, Path]:
@@ -346,9 +394,9 @@ def _stop_descendants(roots: set[int], marker: str | None = None) -> None:
     mine = {p for p in roots if p in procs}
     if marker:
         mine |= {p for p, (_, _, cmd) in procs.items() if marker in cmd and p != os.getpid()}
-    while True:
+    while True:  # (a killed root's children name it as --parent-pid after it is gone)
         more = {p for p, (ppid, _, cmd) in procs.items() if p not in mine and
-                (ppid in mine or any(f"--parent-pid {q}" in cmd for q in mine))}
+                (ppid in mine or any(f"--parent-pid {q}" in cmd for q in mine | roots))}
         if not more:
             break
         mine |= more
@@ -377,6 +425,68 @@ def _run_config(built: Path, result: Path, **more) -> str:
     return " ".join(f"{k}={v}" for k, v in items.items())
 
 
+def test_irgrad_runtime_only_imports_no_frontend_where_the_compiler_is_installed(tmp_path):
+    """IRGRAD_RUNTIME_ONLY=1 (a SuperNode's environment where the compiler is installed too:
+    Flower starts a Python per message): ``import irgrad.fleet`` imports neither the
+    frontend nor the compiler, and a frontend name says why it is missing."""
+    code = ("import sys, irgrad, irgrad.fleet\n"
+            "assert not any(m in sys.modules for m in ('irgrad.frontend', 'iree.compiler')), sorted(sys.modules)\n"
+            "irgrad.function\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, IRGRAD_RUNTIME_ONLY="1", PYTHONPATH=str(ROOT)))
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+        "ImportError: irgrad.function is part of irgrad's frontend, not imported: IRGRAD_RUNTIME_ONLY is set "
+        "(this process runs artifacts only: ig.load, Module, ig.runtime)"), done.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-c", "import irgrad; irgrad.function"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, IRGRAD_RUNTIME_ONLY="0", PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_tolerate_dropouts_logs_a_node_whose_client_fails_and_averages_the_others(built):
+    """Three simulated clients, one raising in every round: ``fleet.tolerate_dropouts`` logs it
+    as lost with the error reply's reason, each round averages the two others, and the run
+    finishes its two rounds; fewer than ``min_nodes`` connected after ``wait`` seconds stops
+    the ServerApp with the counts."""
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    path = built / "fleet.vmfb"
+    m = fleet.model(path)
+    initial = fleet.initial_arrays(m, built / "init.npz")
+    outcome: dict = {}
+
+    def fail_for_partition_2(msg, context, call_next):
+        if int(context.node_config["partition-id"]) == 2:
+            raise RuntimeError("partition 2's device is gone")
+        return call_next(msg, context)
+
+    client = _shard_clients(path, 3, fail_for_partition_2)
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = fleet.guard(FedAvg(fraction_evaluate=0.0, min_available_nodes=3, min_train_nodes=3), initial)
+        fleet.tolerate_dropouts(strategy, min_nodes=3, min_survivors=2, wait=30)
+        strategy.start(grid=grid, initial_arrays=initial, num_rounds=2, timeout=120)
+        outcome["lost"], outcome["accepted"] = strategy.lost, strategy.accepted
+        try:
+            fleet.tolerate_dropouts(FedAvg(), min_nodes=4, wait=0.5).configure_train(3, initial, {}, grid)
+        except RuntimeError as error:
+            outcome["error"] = str(error)
+
+    run_simulation(server_app=server, client_app=client, num_supernodes=3,
+                   backend_config={"client_resources": {"num_cpus": 1}})
+    assert [r for r, _, _ in outcome["lost"]] == [1, 2], outcome
+    assert len({node for _, node, _ in outcome["lost"]}) == 1
+    assert all(reason.startswith("error reply: ") and "partition 2's device is gone" in reason
+               for _, _, reason in outcome["lost"]), outcome["lost"]
+    assert [len(outcome["accepted"][r]) for r in (1, 2)] == [2, 2]
+    assert outcome["error"] == "irgrad.fleet: round 3: 3 nodes connected after 0.5 s, fewer than the 4 required"
+    with pytest.raises(ValueError, match=r"min_survivors must be in 1..min_nodes \(2\), got 3"):
+        fleet.tolerate_dropouts(FedAvg(), min_nodes=2, min_survivors=3)
+
+
 # ----- the Simulation Runtime: 10 clients ----------------------------------------------------
 
 @pytest.mark.slow
@@ -385,7 +495,9 @@ def test_ten_simulated_clients_reach_the_central_loss(built, tmp_path):
     FedAvg, 10 rounds; the global model's held-out loss ends within 10 % of the same model
     trained centrally on the union of the clients' data."""
     home, result = tmp_path / "flwr", tmp_path / "result"
-    _write_config(home)
+    _wait_for_no_local_superlink()
+    pyproject = (EXAMPLE / "pyproject.toml").read_bytes()
+    assert "default local-simulation" in _connections(home)
     start = time.monotonic()
     try:
         done = subprocess.run([str(BIN / "flwr"), "run", str(EXAMPLE), "--stream", "--run-config",
@@ -395,6 +507,7 @@ def test_ten_simulated_clients_reach_the_central_loss(built, tmp_path):
         _stop_descendants(set(), marker=str(home))
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (EXAMPLE / "pyproject.toml").read_bytes() == pyproject  # flwr migrated nothing, rewrote nothing
     assert (result / "losses.json").exists(), done.stdout[-3000:]
     losses = json.loads((result / "losses.json").read_text())
     central = _central_loss(fleet.model(built / "fleet.vmfb"))
@@ -437,8 +550,7 @@ def test_nan_shape_and_name_updates_are_refused_with_a_reason(built):
             reply.content["arrays"] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
         return reply
 
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 5), epochs=1,
-                              mods=[corrupt])
+    client = _shard_clients(path, 5, corrupt)
     server = ServerApp()
 
     @server.main()
@@ -530,8 +642,7 @@ def test_secagg_plus_gives_plain_fedavgs_parameters_within_its_quantization_erro
     m = fleet.model(path)
     initial = fleet.initial_arrays(m, built / "init.npz")
     outcome = {}
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 4), epochs=1,
-                              mods=[secaggplus_mod])
+    client = _shard_clients(path, 4, secaggplus_mod)
     server = ServerApp()
 
     @server.main()
@@ -565,8 +676,7 @@ def test_client_side_dp_clipping_runs_and_bounds_the_update(built):
     m = fleet.model(path)
     initial = fleet.initial_arrays(m, built / "init.npz")
     clip, outcome = 0.5, {}
-    client = fleet.client_app(path, lambda c: task.partition(int(c.node_config["partition-id"]), 3), epochs=1,
-                              mods=[fixedclipping_mod])
+    client = _shard_clients(path, 3, fixedclipping_mod)
     server = ServerApp()
 
     @server.main()
@@ -590,67 +700,171 @@ def test_client_side_dp_clipping_runs_and_bounds_the_update(built):
     assert 0 < norm(outcome["params"]) <= clip * (1 + 1e-5) < unclipped, (norm(outcome["params"]), unclipped)
 
 
-# ----- the Deployment Runtime: a SuperLink and three SuperNodes on 127.0.0.1 ------------------
+# ----- the Deployment Runtime: a SuperLink and SuperNodes on 127.0.0.1 ------------------------
+
+class Deployment:
+    """The guide's deployment as processes of this test on 127.0.0.1: the example's connections
+    in an empty FLWR_HOME (``fleet_app.connections``), a SuperLink keeping its state in a
+    database file, SuperNodes, ``flwr run examples/fleet local-deployment``; insecure, or over
+    TLS with a CA and a server certificate made here. ``stop()`` stops every process started
+    (and what they started) by PID."""
+
+    def __init__(self, tmp_path: Path, tls: bool) -> None:
+        self.tmp, self.home, self.port = tmp_path, tmp_path / "flwr", _free_port()
+        self.logs = tmp_path / "logs"
+        self.logs.mkdir()
+        self.tls = _certificates(tmp_path) if tls else None
+        _connections(self.home, self.port, self.tls[0] if self.tls else None)
+        self.env = _flwr_env(self.home)
+        self.started: list[subprocess.Popen] = []
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        with open(self.logs / f"{name}.log", "a") as out:
+            self.started.append(subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=out,
+                                                 stderr=subprocess.STDOUT, env=self.env, cwd=self.tmp,
+                                                 start_new_session=True))
+        return self.started[-1]
+
+    def superlink(self) -> subprocess.Popen:
+        security = ["--insecure"] if not self.tls else [
+            "--ssl-ca-certfile", str(self.tls[0]), "--ssl-certfile", str(self.tls[1]), "--ssl-keyfile", str(self.tls[2])]
+        link = self._start("superlink", ["flower-superlink", *security, "--host", "127.0.0.1", "--port",
+                                         str(self.port), "--database", str(self.tmp / "state.db")])
+        _wait_for_port(self.port, self.logs / "superlink.log")
+        return link
+
+    def supernodes(self, count: int) -> list[subprocess.Popen]:
+        security = ["--insecure"] if not self.tls else ["--root-certificates", str(self.tls[0])]
+        return [self._start(f"supernode{i}", ["flower-supernode", *security, "--superlink", f"127.0.0.1:{self.port}",
+                                              "--port", str(_free_port()), "--node-config",
+                                              f"partition-id={i} num-partitions={count}"]) for i in range(count)]
+
+    def node_id(self, i: int) -> int:
+        """SuperNode ``i``'s node id, from its log."""
+        lines = [line for line in (self.logs / f"supernode{i}.log").read_text().splitlines() if "SuperNode ID:" in line]
+        assert lines, (self.logs / f"supernode{i}.log").read_text()[-2000:]
+        return int(lines[-1].rsplit(":", 1)[1])
+
+    def run(self, run_config: str, on_line=None, limit: float = 240) -> tuple[int, str]:
+        """``flwr run examples/fleet local-deployment --stream``: its exit status and output;
+        ``on_line(line)`` sees each line as it comes."""
+        run = subprocess.Popen([str(BIN / "flwr"), "run", str(EXAMPLE), "local-deployment", "--stream",
+                                "--run-config", run_config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=ROOT, env=self.env, start_new_session=True)
+        self.started.append(run)
+        output: list[str] = []
+        watchdog = threading.Timer(limit, run.kill)  # a run that goes quiet is stopped too
+        watchdog.start()
+        try:
+            assert run.stdout is not None
+            for line in run.stdout:
+                output.append(line)
+                if on_line:
+                    on_line(line)
+            code = run.wait(timeout=60)
+        finally:
+            watchdog.cancel()
+        assert code != -signal.SIGKILL, f"flwr run still running after {limit} s: " + "".join(output[-50:])
+        return code, "".join(output)
+
+    def flwr(self, command: str, *args: str) -> str:
+        """``flwr COMMAND ARGS local-deployment`` (list, stop...): its output."""
+        done = subprocess.run([str(BIN / "flwr"), command, *args, "local-deployment"], capture_output=True,
+                              text=True, cwd=ROOT, env=self.env, timeout=60)
+        return done.stdout + done.stderr
+
+    def stop(self) -> None:
+        _stop_descendants({p.pid for p in self.started}, marker=str(self.home))
+
 
 @pytest.mark.slow
-def test_superlink_and_three_supernodes_survive_a_killed_supernode(built, tmp_path):
-    """A real SuperLink and three SuperNodes as processes on 127.0.0.1, over TLS with a CA and
-    a server certificate the test makes, and ``flwr run examples/fleet local-deployment`` (the
-    example unchanged; the test's port and CA in flwr's connection config). In round 2 one
-    SuperNode is killed mid-training: the run finishes with the other two, and from round 2
-    on only their updates are averaged."""
-    home, result = tmp_path / "flwr", tmp_path / "result"
-    port = _free_port()
-    ca, cert, key = _certificates(tmp_path)
-    _write_config(home, port, root_certificates=ca)
-    env = _flwr_env(home)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    started: list[subprocess.Popen] = []
-
-    def start(name, args):
-        out = open(logs / f"{name}.log", "w")
-        started.append(subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, cwd=tmp_path, start_new_session=True))
-        return started[-1]
+def test_supernode_killed_mid_round_the_run_finishes_with_the_others(built, tmp_path):
+    """The issue's hang: the guide's deployment (here over TLS) with ``min-nodes=3`` and three
+    SuperNodes, one SIGKILLed in round 2 while training. Flower's strategy alone waits for
+    three nodes before round 3 forever; with ``fleet.tolerate_dropouts`` (``min-survivors=1``)
+    the run finishes its 3 rounds with the other two, logs the node it lost, and averages only
+    the survivors' updates from round 2 on."""
+    fleet_ = Deployment(tmp_path, tls=True)
+    killed: list[int] = []
+    result = tmp_path / "result"
     try:
-        start("superlink", ["flower-superlink", "--ssl-ca-certfile", str(ca), "--ssl-certfile", str(cert),
-                            "--ssl-keyfile", str(key), "--host", "127.0.0.1", "--port", str(port),
-                            "--database", str(tmp_path / "state.db")])
-        _wait_for_port(port, logs / "superlink.log")
-        nodes = [start(f"supernode{i}", ["flower-supernode", "--root-certificates", str(ca),
-                                         "--superlink", f"127.0.0.1:{port}",
-                                         "--port", str(_free_port()), "--node-config",
-                                         f"partition-id={i} num-partitions=3"]) for i in range(3)]
-        run = subprocess.Popen([str(BIN / "flwr"), "run", str(EXAMPLE), "local-deployment", "--stream",
-                                "--run-config", _run_config(built, result, **{
-                                    "num-server-rounds": 3, "min-nodes": 2, "local-epochs": 1000,
-                                    "round-timeout": 20.0})],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
-                               start_new_session=True)
-        started.append(run)
-        output, killed = [], False
-        deadline = time.monotonic() + 240
-        for line in run.stdout:
-            output.append(line)
+        fleet_.superlink()
+        nodes = fleet_.supernodes(3)
+
+        def kill_in_round_2(line: str) -> None:
             if not killed and "[ROUND 2/" in line:
                 time.sleep(1.0)  # the three clients are training
-                _stop_descendants({nodes[2].pid})
-                killed = True
-            assert time.monotonic() < deadline, "".join(output[-50:])
-        assert run.wait(timeout=60) == 0, "".join(output[-80:])
+                killed.append(fleet_.node_id(2))
+                nodes[2].send_signal(signal.SIGKILL)
+                _stop_descendants({nodes[2].pid})  # its SuperExec and ClientApp die with it
+        code, text = fleet_.run(_run_config(built, result, **{
+            "num-server-rounds": 3, "min-nodes": 3, "local-epochs": 1000, "round-timeout": 20.0}), kill_in_round_2)
+        assert code == 0, text[-4000:]
+        assert f"running on https://127.0.0.1:{fleet_.port}" in (fleet_.logs / "superlink.log").read_text()
     finally:
-        _stop_descendants({p.pid for p in started}, marker=str(home))
-    text = "".join(output)
+        fleet_.stop()
     assert killed, text[-3000:]
-    assert f"running on https://127.0.0.1:{port}" in (logs / "superlink.log").read_text()
+    assert f"round 2: lost node {killed[0]} (train)" in text, text[-4000:]
     losses = json.loads((result / "losses.json").read_text())
     accepted = {int(r): nodes for r, nodes in losses["accepted"].items()}
-    assert len(accepted[1]) == 3, accepted
+    assert len(accepted[1]) == 3 and killed[0] in accepted[1], accepted
     assert len(accepted[2]) == 2 and len(accepted[3]) == 2 and set(accepted[2]) < set(accepted[1]), accepted
-    assert losses["refused"] == []
+    assert killed[0] not in accepted[2] + accepted[3]
+    assert [r for r, node, _ in losses["lost"] if node == killed[0]][0] == 2, losses["lost"]
+    assert {node for _, node, _ in losses["lost"]} == {killed[0]} and losses["refused"] == []
     # (1000 local epochs, to make a round long enough to kill a client in, overfit each
     # client's two classes: the loss says only that the averaged model is a number.)
     assert all(np.isfinite(v) for v in losses["central_loss"].values())
     with np.load(result / "result.npz") as final:
         assert sorted(final.files) == ["b1", "b2", "w1", "w2"]
+
+
+@pytest.mark.slow
+def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
+    """The guide's insecure deployment, the SuperLink keeping its state in ``--database``:
+    SIGKILLed in round 2 of a 5-round run and restarted on the same port and database, it
+    still knows its SuperNodes, which rejoin without a restart under the node ids they had.
+    The interrupted run does not resume by itself (flwr 1.42: its ServerApp process exits with
+    the SuperLink, see the guide); it stays listed as running until ``flwr stop``. The same
+    ``flwr run`` with ``resume=true`` starts from the example's last checkpoint (round 1) and
+    runs the 4 rounds left on the same SuperNodes."""
+    fleet_ = Deployment(tmp_path, tls=False)
+    killed: list[int] = []
+    result = tmp_path / "result"
+    config = _run_config(built, result, **{"num-server-rounds": 5, "local-epochs": 100})
+    try:
+        link = fleet_.superlink()
+        fleet_.supernodes(2)
+
+        def kill_in_round_2(line: str) -> None:
+            if not killed and "[ROUND 2/" in line:
+                link.send_signal(signal.SIGKILL)
+                killed.append(link.pid)
+        code, text = fleet_.run(config, kill_in_round_2, limit=120)
+        assert killed and code != 0 and "Connection to the SuperLink is unavailable" in text, text[-3000:]
+        first = text.split("Successfully started run ")[1].split()[0]
+        round_1_loss = text.split("irgrad.fleet: round 1: central loss ")[1].split()[0]
+        assert json.loads((result / "checkpoint.json").read_text()) == {"round": 1, "file": "checkpoint-1.npz"}
+        ids = sorted(fleet_.node_id(i) for i in range(2))
+        link.wait(timeout=30)
+        fleet_.superlink()
+        code, text = fleet_.run(config + " resume=true node-wait=90.0", limit=180)
+        assert code == 0, text[-4000:]
+        before = {r["run-id"]: r for r in json.loads(fleet_.flwr("list", "--format", "json"))["runs"]}
+        stopped = fleet_.flwr("stop", first)
+        after = {r["run-id"]: r for r in json.loads(fleet_.flwr("list", "--format", "json"))["runs"]}
+    finally:
+        fleet_.stop()
+    second = text.split("Successfully started run ")[1].split()[0]
+    assert before[second]["status"] == "finished:completed", before
+    # Nothing runs the interrupted run any more, yet it is listed as running; flwr stop ends it.
+    assert before[first]["status"] == "running", before
+    assert after[first]["status"] == "finished:stopped", (stopped, after)
+    assert f"resuming after round 1 from {result / 'checkpoint-1.npz'}" in text, text[-3000:]
+    assert f"irgrad.fleet: round 0: central loss {round_1_loss}" in text and "[ROUND 4/4]" in text, text[-3000:]
+    losses = json.loads((result / "losses.json").read_text())
+    assert sorted(map(int, losses["central_loss"])) == [1, 2, 3, 4, 5], losses
+    assert all(sorted(nodes) == ids for nodes in losses["accepted"].values()), (losses, ids)
+    assert json.loads((result / "checkpoint.json").read_text()) == {"round": 5, "file": "checkpoint-5.npz"}
+    assert sorted(p.name for p in result.glob("checkpoint-*.npz")) == ["checkpoint-5.npz"]
+    assert sorted(fleet_.node_id(i) for i in range(2)) == ids  # no SuperNode registered again
