@@ -306,10 +306,10 @@ def test_flwr_run_of_a_poisoned_model_ends_failed_with_the_message(built, tmp_pa
     guide's status line turns it into a non-zero exit."""
     import subprocess
 
-    from test_fleet import BIN, ROOT, _flwr_env, _free_port, _run_config, _stop_descendants, _write_config
+    from test_fleet import BIN, ROOT, _flwr_env, _free_port, _connections, _run_config, _stop_descendants
 
     home = tmp_path / "flwr"
-    _write_config(home)
+    _connections(home)
     env = dict(_flwr_env(home), FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(_free_port()),
                FLWR_LOCAL_CONTROL_API_PORT=str(_free_port()))
     config = _run_config(built, tmp_path / "result", **{"max-loss-ratio": 0.5, "num-server-rounds": 2})
