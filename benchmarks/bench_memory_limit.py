@@ -1,0 +1,120 @@
+"""A memory limit at half of the unconstrained gradient's peak (issue 43): the peak and the time
+each gradient takes with ``passes.differentiate(..., memory_limit=...)``, against without.
+
+    .venv/bin/python benchmarks/bench_memory_limit.py --jax-python /work/tfvenv/bin/python
+    .venv/bin/python benchmarks/bench_memory_limit.py --jax-python ... --models deep_mlp:2048 --fraction 0.5
+
+Per model (``bench_memory_jax.py``'s): export the forward (JAX), differentiate it with
+``with_value=True`` and compile it; measure ``main_grad``'s peak and time as ``bench_memory.py``
+does (a fresh process per figure: MiB over the RSS after loading, median time of calls 2..);
+then differentiate it again with ``memory_limit`` = ``--fraction`` of that measured peak,
+compile, measure, and check that both artifacts return the same values and gradients.
+A limit rematerialization cannot meet is printed with its refusal, then tried again at the
+smallest limit the refusal names. Nothing asserts a size.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_memory import _run, figure  # noqa: E402
+
+DEFAULT = ("resnet:64", "deep_mlp:2048", "scan_mlp:128")
+MIB = 1 << 20
+
+
+def _compile(text: str, path: Path) -> Path:
+    from irgrad import runtime as igrt
+
+    path.write_bytes(igrt.compile(text).vmfb)
+    return path
+
+
+def _measure(vmfb: Path, npz: Path, calls: int, limit: str) -> dict:
+    return figure([sys.executable, str(HERE / "bench_memory.py"), "--measure-irgrad", str(vmfb), "main_grad",
+                   str(npz), str(calls)], limit)
+
+
+def _same(a: Path, b: Path, npz: Path) -> float:
+    """The largest difference between the two artifacts' ``main_grad`` results, relative to each result's scale."""
+    import numpy as np
+
+    from irgrad import runtime as igrt
+
+    with np.load(npz) as data:
+        args = [data[f"arr_{i}"] for i in range(len(data.files))]
+    outs = [igrt.load(p.read_bytes())["main_grad"].call_flat(*args) for p in (a, b)]
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))) / max(float(np.max(np.abs(x))), 1e-30))
+               for x, y in zip(*outs))
+
+
+def _cell(result: dict) -> tuple[str, str]:
+    if "error" in result:
+        return "error", "error"
+    times = result["times_s"][1:] or result["times_s"]
+    return f"{max(result['peaks_mib'][:2]):.0f}", f"{statistics.median(times) * 1e3:.1f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    import bench_adjoint  # noqa: F401  (puts the source tree first on sys.path)
+    import irgrad as ig
+
+    print(f"main_grad: peak MiB over the RSS after loading (max of calls 1-2), ms median of calls 2..{args.calls}; "
+          f"limit = {args.fraction} x the measured unconstrained peak")
+    print("| model | batch | peak | ms | limit MiB | estimate before -> after (MiB) | plan | peak | ms "
+          "| max rel. diff |")
+    print("|---|---:|---:|---:|---:|---|---|---:|---:|---:|")
+    specs = args.models.split(",") if args.models else list(DEFAULT)
+    with tempfile.TemporaryDirectory(prefix="bench_memory_limit_") as tmp:
+        for spec in specs:
+            name, _, batch = spec.partition(":")
+            folder = Path(tmp) / f"{name}_{batch}"
+            _run([args.jax_python, str(HERE / "bench_memory_jax.py"), "export", name, batch, str(folder)], args.limit)
+            forward = (folder / "forward.mlir").read_text()
+            npz = folder / "args.npz"
+            free = ig.passes.differentiate(forward, "main", with_value=True)
+            before = ig.passes.estimate_peak(free, "main_grad")
+            base = _measure(_compile(free, folder / "free.vmfb"), npz, args.calls, args.limit)
+            peak, ms = _cell(base)
+            if "error" in base:
+                print(f"| {name} | {batch} | error: {base['error'][:200]} |")
+                continue
+            limit = int(max(base["peaks_mib"][:2]) * args.fraction * MIB)
+            note = ""
+            try:
+                fitted = ig.passes.differentiate(forward, "main", with_value=True, memory_limit=limit)
+            except ig.passes.MemoryLimitError as refusal:
+                note = f" (refused: {refusal}; at its smallest)"
+                limit = refusal.smallest
+                fitted = ig.passes.differentiate(forward, "main", with_value=True, memory_limit=limit)
+            after = ig.passes.estimate_peak(fitted, "main_grad")
+            plan = f"{fitted.count('stablehlo.optimization_barrier')} recomputed segments"
+            if "irgrad.snapshots" in fitted:
+                plan += ", loops checkpointed"
+            limited = _measure(_compile(fitted, folder / "fitted.vmfb"), npz, args.calls, args.limit)
+            peak2, ms2 = _cell(limited)
+            diff = _same(folder / "free.vmfb", folder / "fitted.vmfb", npz)
+            print(f"| {name} | {batch} | {peak} | {ms} | {limit / MIB:.0f} | {before.peak / MIB:.0f} -> "
+                  f"{after.peak / MIB:.0f} | {plan} | {peak2} | {ms2} | {diff:.1e} |{note}", flush=True)
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jax-python", default=sys.executable, help="a Python with JAX (default: this one)")
+    parser.add_argument("--models", help=f"NAME:BATCH,... (default {','.join(DEFAULT)})")
+    parser.add_argument("--fraction", type=float, default=0.5, help="the limit, a fraction of the measured peak")
+    parser.add_argument("--calls", type=int, default=3, help="calls per figure (default 3)")
+    parser.add_argument("--limit", default="12000000000", help="prlimit --as for every process (bytes)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run(parse_args(None)))

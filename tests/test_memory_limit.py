@@ -1,0 +1,174 @@
+"""The peak-memory estimate (``passes.estimate_peak``) and the memory limit that rematerializes a
+gradient to fit (``memory_limit=``, ``--max-memory``; issue 43). The tests check the estimate's
+structure and that a limit changes the plan; memory itself is measured by
+``benchmarks/bench_memory_limit.py``, not asserted here."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from irgrad import passes
+from irgrad.cli import app
+from irgrad.passes import memory
+
+from gradcheck import check_module
+
+LAYERS, BATCH, WIDTH = 8, 64, 16
+ACTIVATION = BATCH * WIDTH * 8  # bytes of one f64 BATCH x WIDTH value (f64: gradcheck's precision)
+
+
+def mlp(layers: int = LAYERS) -> str:
+    """``sum(tanh(... tanh(x @ w0) ... @ w{n-1}))``: a chain whose gradient keeps every activation."""
+    act, wt = f"tensor<{BATCH}x{WIDTH}xf64>", f"tensor<{WIDTH}x{WIDTH}xf64>"
+    args = ", ".join(f"%w{i}: {wt}" for i in range(layers))
+    lines = [f"func.func @mlp(%x: {act}, {args}) -> tensor<f64> {{"]
+    prev = "%x"
+    for i in range(layers):
+        lines.append(f"  %d{i} = stablehlo.dot_general {prev}, %w{i}, contracting_dims = [1] x [0] : "
+                     f"({act}, {wt}) -> {act}")
+        lines.append(f"  %h{i} = stablehlo.tanh %d{i} : {act}")
+        prev = f"%h{i}"
+    lines += ["  %c = stablehlo.constant dense<0.0> : tensor<f64>",
+              f"  %s = stablehlo.reduce({prev} init: %c) applies stablehlo.add across dimensions = [0, 1] : "
+              f"({act}, tensor<f64>) -> tensor<f64>",
+              "  return %s : tensor<f64>", "}"]
+    return "\n".join(lines) + "\n"
+
+
+LOOP = """
+func.func @scan(%x: tensor<64x16xf64>, %w: tensor<16x16xf64>) -> tensor<f64> {
+  %i0 = stablehlo.constant dense<0> : tensor<i32>
+  %n = stablehlo.constant dense<48> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %i0, %v = %x) : tensor<i32>, tensor<64x16xf64>
+    cond {
+      %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %d = stablehlo.dot_general %v, %w, contracting_dims = [1] x [0] : (tensor<64x16xf64>, tensor<16x16xf64>) -> tensor<64x16xf64>
+      %t = stablehlo.tanh %d : tensor<64x16xf64>
+      %j = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %j, %t : tensor<i32>, tensor<64x16xf64>
+    }
+  %c = stablehlo.constant dense<0.0> : tensor<f64>
+  %s = stablehlo.reduce(%r#1 init: %c) applies stablehlo.add across dimensions = [0, 1] : (tensor<64x16xf64>, tensor<f64>) -> tensor<f64>
+  return %s : tensor<f64>
+}
+"""
+
+
+def _args(layers: int = LAYERS) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((BATCH, WIDTH)),
+            *[rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH) for _ in range(layers)]]
+
+
+@pytest.fixture(scope="module")
+def free() -> tuple[str, memory.Estimate]:
+    text = passes.differentiate(mlp())
+    return text, passes.estimate_peak(text, "mlp_grad")
+
+
+def test_estimate_structure(free):
+    text, grad = free
+    forward = passes.estimate_peak(text, "mlp")
+    weights = LAYERS * WIDTH * WIDTH * 8
+    assert forward.arguments == grad.arguments == ACTIVATION + weights
+    assert forward.tape == 0 and forward.results == 8  # one f64 scalar
+    assert grad.results == ACTIVATION + weights  # d_x and every d_w
+    # The backward reads every layer's tanh output (tanh's adjoint, the next layer's d_w): the tape.
+    assert grad.tape == LAYERS * ACTIVATION
+    assert grad.peak >= grad.tape and grad.peak > forward.peak and grad.largest == ACTIVATION
+    assert not grad.dynamic and grad.loops == 0
+    line = grad.line()
+    assert line.startswith("@mlp_grad: estimated peak ") and "tape 64.0 KiB" in line and "\n" not in line
+    assert set(grad.as_dict()) >= {"peak", "arguments", "results", "tape", "largest", "at", "loops"}
+
+
+def test_no_limit_needed_leaves_the_gradient_as_it_is(free):
+    text, grad = free
+    assert passes.differentiate(mlp(), memory_limit=grad.peak) == text
+
+
+def test_limit_recomputes_and_the_gradient_holds(free):
+    _, grad = free
+    limit = int(grad.peak * 0.8)
+    text = check_module(mlp(), _args(), memory_limit=limit, jvp=False)
+    fitted = passes.estimate_peak(text, "mlp_vjp")
+    assert fitted.peak <= limit and fitted.tape < grad.tape
+    assert text.count("stablehlo.optimization_barrier") >= 2  # one per recomputed segment
+
+
+def test_segments_follow_the_forward():
+    module = passes.parse_module(passes.differentiate(mlp()))
+    with module.context:
+        func = passes.find_function(module, "mlp_grad")
+        counts = memory.candidate_segments(func)
+        forward = [op for op in func.regions[0].blocks[0].operations if op.operation.name != "stablehlo.constant"]
+        assert counts[0] == 4  # √16 forward ops: 8 dot_general + 8 tanh
+        groups = memory.segment_ops([op.operation for op in forward][:2 * LAYERS], 4)
+        assert [len(g) for g in groups] == [4, 4, 4, 4]
+
+
+def test_refusal_names_the_estimate_and_the_smallest_limit(free):
+    _, grad = free
+    with pytest.raises(passes.MemoryLimitError) as caught:
+        passes.differentiate(mlp(), memory_limit="1K")
+    error = caught.value
+    message = str(error)
+    assert "\n" not in message and message.startswith("memory limit 1.0 KiB cannot be met by @mlp_grad")
+    assert f"estimated peak is {memory.human(grad.peak)}" in message
+    assert error.estimate == grad.peak and error.smallest < grad.peak
+    # The smallest limit it names can be met.
+    fitted = passes.differentiate(mlp(), memory_limit=error.smallest)
+    assert passes.estimate_peak(fitted, "mlp_grad").peak <= error.smallest
+
+
+def test_loops_fit(loop_form):
+    """Looped, a loop's taped iterations are its state: the limit checkpoints it (√n snapshots)
+    before recomputing anything; unrolled, its iterations are straight-line code, recomputed."""
+    text = passes.differentiate(LOOP)
+    taped = passes.estimate_peak(text, "scan_grad")
+    assert taped.tape >= 48 * 64 * 16 * 8  # every iteration's carry
+    if loop_form == "looped":
+        assert taped.loops >= 48 * 64 * 16 * 8
+    limit = taped.peak // 2
+    fitted = check_module(LOOP, _args(1), memory_limit=limit, jvp=False)
+    assert passes.estimate_peak(fitted, "scan_vjp").peak <= limit
+    if loop_form == "looped":  # the loop checkpointed as --loop-checkpoints sqrt does, nothing recomputed
+        assert passes.differentiate(LOOP, memory_limit=limit) == passes.differentiate(LOOP, loop_checkpoints="sqrt")
+    else:
+        assert "irgrad.snapshots" not in fitted and "stablehlo.optimization_barrier" in fitted
+
+
+@pytest.mark.parametrize("text, size", [("64M", 64 << 20), ("1.5G", 3 << 29), ("512k", 512 << 10), ("4096", 4096),
+                                        (100, 100)])
+def test_sizes(text, size):
+    assert memory.parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["", "64Q", "-1M", "0", "M"])
+def test_bad_sizes(bad):
+    with pytest.raises(ValueError, match="bad memory size"):
+        memory.parse_size(bad)
+
+
+def test_cli_max_memory(tmp_path, free):
+    _, grad = free
+    source = tmp_path / "mlp.mlir"
+    source.write_text(mlp())
+    runner = CliRunner()
+    out = tmp_path / "out.mlir"
+    done = runner.invoke(app, ["grad", str(source), "--max-memory", str(int(grad.peak * 0.8)), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "stablehlo.optimization_barrier" in out.read_text()
+    for command in (["grad", str(source)], ["compile", str(source), "--grad", "-o", str(tmp_path / "a.vmfb")]):
+        refused = runner.invoke(app, [*command, "--max-memory", "1K"])
+        assert refused.exit_code == 1
+        lines = refused.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("irgrad: error: memory limit 1.0 KiB cannot be met")
+    bad = runner.invoke(app, ["grad", str(source), "--max-memory", "lots"])
+    assert bad.exit_code == 2 and "bad --max-memory" in bad.output
+    alone = runner.invoke(app, ["grad", str(source), "--jvp", "--max-memory", "1M"])
+    assert alone.exit_code == 2 and "--max-memory needs --grad or --vjp" in alone.output
