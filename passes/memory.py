@@ -15,10 +15,13 @@ those live where the backward starts (its first op named ``F_grad/...``, as
 Rematerialization rewrites a built gradient: the forward ops are split into segments, only
 the values a segment hands to a later one (its checkpoints) stay live into the backward,
 and the other values the backward reads are computed again, segment by segment, just before
-the first backward op that reads them, from the checkpoints and the arguments. The inputs
-of each recomputation go through one ``stablehlo.optimization_barrier`` together with the
-cotangent the backward has reached there, so that neither CSE nor IREE's scheduler merges
-the copy back into the forward or runs it early.
+the first backward op that reads them, from the checkpoints and the arguments. Each input of a
+recomputation gets ``0 · c`` added, ``c`` a scalar of the cotangent the backward has reached
+there (``_tied``), so that neither CSE nor IREE merges the copy back into the forward or runs
+it early. Not a ``stablehlo.optimization_barrier``: IREE splits its execution regions at each
+barrier (each region then gets allocations of its own), and the measured peak grew instead
+(a 16384×128 8-layer tanh MLP's gradient: 92 MiB kept, 124 MiB recomputed behind barriers,
+61 MiB with this tie; ``benchmarks/bench_memory_limit.py`` measures).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .ir import hlo
-from .ir.mlir import elem, ir, loc_name, run_pipeline
+from .ir.mlir import elem, ir, is_float, loc_name, run_pipeline, shape
 
 UNITS = {"": 1, "B": 1, "K": 2 ** 10, "KB": 2 ** 10, "KIB": 2 ** 10, "M": 2 ** 20, "MB": 2 ** 20, "MIB": 2 ** 20,
          "G": 2 ** 30, "GB": 2 ** 30, "GIB": 2 ** 30}
@@ -313,9 +316,8 @@ def _closure(values: Sequence[ir.Value], inside: set[ir.Operation]) -> set[ir.Op
 
 def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation]
                ) -> dict[ir.Value, ir.Value]:
-    """Copies of ``ops`` (in order) placed before ``first``, their outside inputs (and the
-    cotangent ``first`` reads, which ties the copies to that point of the backward) through
-    one optimization barrier: each original result -> its copy."""
+    """Copies of ``ops`` (in order) placed before ``first``, their outside inputs tied to the
+    cotangent ``first`` reads (``_tied``): each original result -> its copy."""
     made = {r for op in ops for r in op.results}
     outside: list[ir.Value] = []
     for op in ops:
@@ -323,14 +325,11 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
             if v not in made and v not in outside:
                 outside.append(v)
     bwd = set(backward)
-    anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd), None)
+    anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
+                   and is_float(v) and hlo.is_static(v)), None)
     with ir.InsertionPoint(first), first.location:
-        guarded = hlo.optimization_barrier([*outside, *([anchor] if anchor is not None else [])])
+        guarded = _tied(outside, anchor)
     mapping = dict(zip(outside, guarded))
-    if anchor is not None:
-        for k, v in enumerate(first.operands):
-            if v == anchor:
-                first.operands[k] = guarded[-1]
     copies: dict[ir.Value, ir.Value] = {}
     for op in ops:
         clone = op.clone(ir.InsertionPoint(first))
@@ -344,6 +343,27 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
             mapping[old] = new
             copies[old] = new
     return copies
+
+
+def _tied(values: Sequence[ir.Value], anchor: ir.Value | None) -> list[ir.Value]:
+    """``values`` plus a zero read from ``anchor`` (``0 · anchor[0...]``, which no folder
+    removes: ``0 · inf`` is NaN): new values CSE cannot merge, computed after ``anchor``, in the
+    same IREE execution region (a barrier would split it; see the module docstring)."""
+    if anchor is None:
+        return list(values)
+    rank = len(shape(anchor))
+    first = hlo.reshape(hlo.slice(anchor, [0] * rank, [1] * rank, [1] * rank), [])
+    zero = hlo.multiply(first, hlo.like(0, first))
+    out = []
+    for v in values:
+        t = v.type.maybe_downcast()
+        if not (isinstance(t, ir.RankedTensorType) and isinstance(elem(v).maybe_downcast(), ir.FloatType)) \
+                or not hlo.is_static(v):
+            out.append(v)
+            continue
+        z = zero if elem(v) == elem(zero) else hlo.convert(zero, elem(v))
+        out.append(hlo.add(v, hlo.broadcast_in_dim(z, list(t.shape), [])))
+    return out
 
 
 def _replace_inside(op: ir.Operation, old: ir.Value, new: ir.Value) -> None:

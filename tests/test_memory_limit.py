@@ -97,7 +97,8 @@ def test_limit_recomputes_and_the_gradient_holds(free):
     text = check_module(mlp(), _args(), memory_limit=limit, jvp=False)
     fitted = passes.estimate_peak(text, "mlp_vjp")
     assert fitted.peak <= limit and fitted.tape < grad.tape
-    assert text.count("stablehlo.optimization_barrier") >= 2  # one per recomputed segment
+    # The forward's tanh ops (in @mlp and @mlp_vjp), and the copies recomputed in the backward.
+    assert text.count("stablehlo.tanh") > 2 * LAYERS
 
 
 def test_segments_follow_the_forward():
@@ -127,7 +128,8 @@ def test_refusal_names_the_estimate_and_the_smallest_limit(free):
 
 def test_loops_fit(loop_form):
     """Looped, a loop's taped iterations are its state: the limit checkpoints it (√n snapshots)
-    before recomputing anything; unrolled, its iterations are straight-line code, recomputed."""
+    before recomputing anything; unrolled, its iterations are straight-line code, recomputed
+    in segments."""
     text = passes.differentiate(LOOP)
     taped = passes.estimate_peak(text, "scan_grad")
     assert taped.tape >= 48 * 64 * 16 * 8  # every iteration's carry
@@ -136,10 +138,12 @@ def test_loops_fit(loop_form):
     limit = taped.peak // 2
     fitted = check_module(LOOP, _args(1), memory_limit=limit, jvp=False)
     assert passes.estimate_peak(fitted, "scan_vjp").peak <= limit
-    if loop_form == "looped":  # the loop checkpointed as --loop-checkpoints sqrt does, nothing recomputed
-        assert passes.differentiate(LOOP, memory_limit=limit) == passes.differentiate(LOOP, loop_checkpoints="sqrt")
-    else:
-        assert "irgrad.snapshots" not in fitted and "stablehlo.optimization_barrier" in fitted
+    checkpointed = passes.differentiate(LOOP, loop_checkpoints="sqrt")
+    if loop_form == "looped":  # checkpointed as --loop-checkpoints sqrt does, nothing recomputed
+        assert passes.differentiate(LOOP, memory_limit=limit) == checkpointed
+    else:  # straight-line code that checkpoints do not change: recomputed
+        assert passes.estimate_peak(checkpointed, "scan_grad").peak > limit
+        assert fitted.count("stablehlo.tanh") > 1 + 48  # @scan's loop body, @scan_vjp's 48 steps, and copies
 
 
 @pytest.mark.parametrize("text, size", [("64M", 64 << 20), ("1.5G", 3 << 29), ("512k", 512 << 10), ("4096", 4096),
@@ -162,7 +166,7 @@ def test_cli_max_memory(tmp_path, free):
     out = tmp_path / "out.mlir"
     done = runner.invoke(app, ["grad", str(source), "--max-memory", str(int(grad.peak * 0.8)), "-o", str(out)])
     assert done.exit_code == 0, done.output
-    assert "stablehlo.optimization_barrier" in out.read_text()
+    assert out.read_text().count("stablehlo.tanh") > 2 * LAYERS  # recomputed in the backward
     for command in (["grad", str(source)], ["compile", str(source), "--grad", "-o", str(tmp_path / "a.vmfb")]):
         refused = runner.invoke(app, [*command, "--max-memory", "1K"])
         assert refused.exit_code == 1
