@@ -33,13 +33,13 @@ from typing import Annotated, Any
 import typer
 
 import irgrad
-from irgrad import runtime
+from irgrad import passes, runtime
 from irgrad.runtime.artifact import atomic_write
 from irgrad.runtime.c_header import c_header
 from irgrad.runtime.vmfb import signatures_from_metadata
 from irgrad.runtime.profile import profile_dispatches
 from irgrad.console import ErrorLines, State, cache_app, log_to_stderr, progress
-from irgrad.artifact_cli import inspect_artifact, run_artifact
+from irgrad.artifact_cli import inspect_artifact, peak_lines, run_artifact
 from irgrad.commands import (USAGE, CLIError, adjoints, argument_lines, artifact_metadata, compile_blaming,
                           describe_targets, load_source, pick_function, read_mlir, signature_lines, training_lines,
                           training_needs_wrt, with_file_locations, write_text)
@@ -244,7 +244,8 @@ def compile_command(
     artifact.save(output)
     cached = f" (from the {artifact.cached} cache)" if artifact.cached else ""
     lines = [f"{output}: {len(artifact.vmfb):,} bytes, {options.describe()}, "
-             f"compiled in {seconds:.2f} s{cached}", *signature_lines(artifact.functions)]
+             f"compiled in {seconds:.2f} s{cached}", *signature_lines(artifact.functions),
+             *peak_lines(artifact.metadata)]
     for step, layout in (artifact.metadata.get("training") or {}).items():  # the parameters --train chose
         lines += training_lines(step, layout, artifact.functions.get(step))
     typer.echo("\n".join(lines))
@@ -260,7 +261,8 @@ def profile(
         "--device", "-d", metavar="DRIVER", help="IREE driver to time on: local-task (default) or local-sync.")]
     = None,
 ) -> None:
-    """Time each dispatch (a fused kernel IREE runs), name the model's ops it came from, show where time goes."""
+    """Time each dispatch (a fused kernel IREE runs), name the model's ops it came from, show where time goes, and
+    the function's estimated peak memory."""
     text, name = load_source(source)
     function = pick_function(list(runtime.parse_signatures(text)), func or name, source)
     if grad:
@@ -274,6 +276,8 @@ def profile(
         except ValueError as error:  # a --device that cannot run this CPU's code
             raise CLIError(str(error), USAGE) from None
     typer.echo(result.table(top=top or None))
+    # What the call needs, by passes.estimate_peak (iree-benchmark-module times, it does not weigh).
+    typer.echo(passes.estimate_peak(text, function).line())
 
 
 # ----- run ------------------------------------------------------------------------------

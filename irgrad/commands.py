@@ -194,10 +194,15 @@ def write_text(path: Path | None, text: str) -> None:
 
 
 def compile_blaming(forward: str, text: str, options: runtime.CompileOptions, cache: bool = True):
-    """``compile_text(text)``, where ``text`` is ``forward`` with adjoints added. When IREE
+    """``compile_text(text)``, where ``text`` is ``forward`` with adjoints added, each public
+    function annotated with its estimated peak (``irgrad inspect`` shows it). When IREE
     rejects it and the forward alone too, the error says so: irgrad's pass is not the cause."""
     try:
-        return compile_text(text, options, cache=cache)
+        annotated = passes.annotate_estimates(text)  # for irgrad inspect
+    except passes.IRError:
+        annotated = text  # IREE's compile says what is wrong with it
+    try:
+        return compile_text(annotated, options, cache=cache)
     except runtime.CompileError:
         if text == forward:
             raise

@@ -395,6 +395,17 @@ def estimate_peak(text: str | bytes, func: str | None = None) -> memory.Estimate
         return memory.estimate(find_function(module, func))
 
 
+def annotate_estimates(text: str | bytes) -> str:
+    """Text in, text out: every public function annotated with its estimated peak
+    (``memory.annotate``), which ``runtime.compile`` keeps in the artifact for ``irgrad inspect``."""
+    module = parse_module(text)
+    verify(module, "input module")
+    with module.context:
+        for func_op in public_functions(module):
+            memory.annotate(func_op)
+    return module.operation.get_asm(enable_debug_info=True)
+
+
 def vectorize(text: str, func: str | None = None, batched: Sequence[int] | None = None, size: int = 2,
               fallback: bool = False) -> str:
     """Text in, text out: add ``@F_batched``, ``@F`` over a leading batch of ``size`` on the

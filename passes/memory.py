@@ -5,7 +5,8 @@ The estimate is liveness in program order: the arguments (the caller holds them 
 whole call), then each op's results from the op that makes them to their last use (a use
 inside a region counts at the op that holds the region); at each op the live values, its
 results and the transients of its regions (a loop's body at its own peak, its carries
-counted once as the loop's operands and results). Constants are not counted: IREE folds
+counted once as the loop's operands and results), of the function as IREE is given it (after
+``lowering.legalize``: a convolution's patches are values of their own). Constants are not counted: IREE folds
 splats into the kernels and keeps dense ones in the artifact's read-only data. A dimension
 known only at run time counts as 1 (``Estimate.dynamic`` says the figure is then a lower
 bound). In a gradient ``@F_grad`` the *tape* is the forward values its backward reads:
@@ -25,13 +26,14 @@ barrier (each region then gets allocations of its own), and the measured peak gr
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .ir import hlo
-from .ir.mlir import elem, ir, is_float, loc_name, run_pipeline, shape
+from .ir.mlir import elem, ir, is_float, loc_name, parse_module, run_pipeline, shape
 
 UNITS = {"": 1, "B": 1, "K": 2 ** 10, "KB": 2 ** 10, "KIB": 2 ** 10, "M": 2 ** 20, "MB": 2 ** 20, "MIB": 2 ** 20,
          "G": 2 ** 30, "GB": 2 ** 30, "GIB": 2 ** 30}
@@ -189,6 +191,24 @@ class _Liveness:
         return peak, at, at_boundary
 
 
+ANNOTATION = "irgrad.estimated_peak"  # runtime.vmfb.PEAK_KEY: the artifact carries it to irgrad inspect
+
+
+def annotate(func_op: ir.Operation) -> Estimate:
+    """Estimate ``func_op`` and record it on the op (``irgrad.estimated_peak``, JSON: ``peak``,
+    ``arguments``, ``results``, ``tape``, ``loops``, ``dynamic``), where ``irgrad inspect`` reads it."""
+    found = estimate(func_op)
+    keep = ("peak", "arguments", "results", "tape", "loops", "dynamic")
+    with func_op.context:
+        func_op.attributes[ANNOTATION] = ir.StringAttr.get(json.dumps({k: getattr(found, k) for k in keep}))
+    return found
+
+
+def _has_calls(func_op: ir.Operation) -> bool:
+    from .ir.regions import nested_ops
+    return any(op.name == "func.call" for op in nested_ops(func_op))
+
+
 def backward_start(func_op: ir.Operation) -> ir.Operation | None:
     """The first op of a gradient's backward: the first non-constant op named ``<function>/...``
     (``backprop``'s locations), None in a function without one."""
@@ -200,8 +220,19 @@ def backward_start(func_op: ir.Operation) -> ir.Operation | None:
     return None
 
 
-def estimate(func_op: ir.Operation) -> Estimate:
-    """The estimated peak of the ``func.func`` op ``func_op`` (see the module docstring)."""
+def estimate(func_op: ir.Operation, compiled: bool = True) -> Estimate:
+    """The estimated peak of the ``func.func`` op ``func_op`` (see the module docstring): as
+    IREE is given it (``compiled``: after ``lowering.legalize``, whose rewrites, such as a
+    convolution's patches, make values of their own), or as it stands."""
+    if compiled and not _has_calls(func_op):
+        from .lowering.legalize import legalize_text
+        text = "module {\n" + func_op.get_asm(enable_debug_info=True) + "\n}"
+        legal = legalize_text(text)
+        if legal != text:
+            module = parse_module(legal)
+            with module.context:
+                return estimate(next(op.operation for op in module.body.operations
+                                     if op.operation.name == "func.func"), compiled=False)
     block = func_op.regions[0].blocks[0]
     live = _Liveness()
     arguments = sum(live.size(a) for a in block.arguments)
@@ -442,5 +473,6 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     return func_op, Plan(segments, recomputed, checkpoints, estimate(func_op))
 
 
-__all__ = ["fit", "Estimate", "MemoryLimitError", "Plan", "estimate", "rematerialize", "parse_size", "human",
+__all__ = ["fit", "annotate", "ANNOTATION",
+           "Estimate", "MemoryLimitError", "Plan", "estimate", "rematerialize", "parse_size", "human",
            "backward_start", "candidate_segments", "segment_ops"]

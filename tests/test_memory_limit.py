@@ -4,6 +4,8 @@ structure and that a limit changes the plan; memory itself is measured by
 ``benchmarks/bench_memory_limit.py``, not asserted here."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -176,3 +178,20 @@ def test_cli_max_memory(tmp_path, free):
     assert bad.exit_code == 2 and "bad --max-memory" in bad.output
     alone = runner.invoke(app, ["grad", str(source), "--jvp", "--max-memory", "1M"])
     assert alone.exit_code == 2 and "--max-memory needs --grad or --vjp" in alone.output
+
+
+def test_compile_records_the_estimates_and_inspect_shows_them(tmp_path, free):
+    _, grad = free
+    source, artifact = tmp_path / "mlp.mlir", tmp_path / "mlp.vmfb"
+    source.write_text(mlp())
+    runner = CliRunner()
+    compiled = runner.invoke(app, ["compile", str(source), "--grad", "-o", str(artifact)])
+    assert compiled.exit_code == 0, compiled.output
+    shown = f"  mlp_grad: {memory.human(grad.peak)} over its arguments' {memory.human(grad.arguments)} " \
+            f"(results {memory.human(grad.results)}, tape {memory.human(grad.tape)})"
+    assert "estimated peak memory per call:" in compiled.output and shown in compiled.output
+    inspected = runner.invoke(app, ["inspect", str(artifact)])
+    assert inspected.exit_code == 0 and shown in inspected.output.splitlines()
+    as_json = json.loads(runner.invoke(app, ["inspect", str(artifact), "--json"]).output)
+    assert as_json["estimated_peak"]["mlp_grad"]["peak"] == grad.peak
+    assert as_json["estimated_peak"]["mlp"]["tape"] == 0
