@@ -427,18 +427,63 @@ def candidate_segments(func_op: ir.Operation) -> list[int]:
     return out
 
 
+def hoist_reductions(func_op: ir.Operation) -> int:
+    """Move each backward op that is the last reader of values larger than its results (a bias's
+    gradient: the sum of a cotangent over the batch) to just after its inputs' definitions, so
+    that those values die there instead of living until the walk reaches the op (``backprop``
+    visits a bias's broadcast, hoisted to the top of the forward by JAX, last). An op that
+    reads forward values only moves into the forward (a batch norm's sums): the values it
+    reduces need not be kept for it. Nothing is recomputed; returns the number of ops moved.
+    (The forward and the backward then overlap: ``rematerialize`` comes first.)"""
+    forward, backward = _forward_backward(func_op)
+    if not backward:
+        return 0
+    block = func_op.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    position = {op: i for i, op in enumerate(ops)}
+    last: dict[ir.Value, int] = {}
+    for i, op in enumerate(ops):
+        for v in _inputs(op):
+            last[v] = i
+    moved = 0
+    for op in backward:
+        here = position[op]
+        inputs = _inputs(op)
+        owners = [v.owner.operation for v in inputs if isinstance(v, ir.OpResult) and v.owner.operation in position]
+        if not owners or op.name in _KEPT_OPS:
+            continue
+        freed = sum(_nbytes(v.type)[0] for v in set(inputs) if last.get(v) == here
+                    and isinstance(v, ir.OpResult) and v.owner.name != "stablehlo.constant")
+        if freed <= sum(_nbytes(r.type)[0] for r in op.results):
+            continue
+        after = max(owners, key=position.__getitem__)
+        if position[after] + 1 >= here:
+            continue
+        op.move_after(after)
+        moved += 1
+        ops = [o.operation for o in block.operations]
+        position = {o: i for i, o in enumerate(ops)}
+        last = {}
+        for i, o in enumerate(ops):
+            for v in _inputs(o):
+                last[v] = i
+    return moved
+
+
 def _has_loops(func_op: ir.Operation) -> bool:
     from .ir.regions import nested_ops
     return any(op.name == "stablehlo.while" for op in nested_ops(func_op))
 
 
 def _trial(func_op: ir.Operation, segments: int) -> tuple[int, int]:
-    """(estimated peak, ops recomputed) of ``func_op`` rematerialized in ``segments``, on a copy."""
+    """(estimated peak, ops recomputed) of ``func_op`` rematerialized in ``segments`` (0: not)
+    and its reductions hoisted, on a copy."""
     copy = func_op.clone(ir.InsertionPoint(func_op))
     try:
-        recomputed = rematerialize(copy, segments)
+        recomputed = rematerialize(copy, segments) if segments else 0
         if recomputed:
             cleanup(copy)
+        hoist_reductions(copy)
         return estimate(copy).peak, recomputed
     finally:
         copy.erase()
@@ -447,8 +492,9 @@ def _trial(func_op: ir.Operation, segments: int) -> tuple[int, int]:
 def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, Plan]:
     """Fit the gradient ``func_op`` under ``limit`` bytes (estimated): as it is if it fits; else
     with its loops checkpointed (``rebuild(checkpoints)`` builds it again that way, replacing
-    ``func_op``; it returns the new op), else rematerialized, the plan that fits with the fewest
-    recomputed ops (√n segments, fewer, more). Raises MemoryLimitError when no plan fits."""
+    ``func_op``; it returns the new op), else with its reductions hoisted (``hoist_reductions``:
+    free), else rematerialized, the plan that fits with the fewest recomputed ops (√n segments,
+    fewer, more). Raises MemoryLimitError when no plan fits."""
     first = estimate(func_op)
     if first.peak <= limit:
         return func_op, Plan(0, 0, None, first)
@@ -459,10 +505,14 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
         looped = estimate(func_op)
         if looped.peak <= limit:
             return func_op, Plan(0, 0, checkpoints, looped)
+    hoisted, _ = _trial(func_op, 0)
+    if hoisted <= limit:
+        hoist_reductions(func_op)
+        return func_op, Plan(0, 0, checkpoints, estimate(func_op))
     trials = {s: _trial(func_op, s) for s in candidate_segments(func_op)}
     fitting = [(recomputed, peak, s) for s, (peak, recomputed) in trials.items() if recomputed and peak <= limit]
     if not fitting:
-        smallest = min([estimate(func_op).peak, *(peak for peak, _ in trials.values())])
+        smallest = min([estimate(func_op).peak, hoisted, *(peak for peak, _ in trials.values())])
         raise MemoryLimitError(
             f"memory limit {human(limit)} cannot be met by @{first.function}: its estimated peak is "
             f"{human(first.peak)} and rematerialization brings it down to {human(smallest, up=True)} at "
@@ -470,9 +520,10 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     _, _, segments = min(fitting)
     recomputed = rematerialize(func_op, segments)
     cleanup(func_op)
+    hoist_reductions(func_op)
     return func_op, Plan(segments, recomputed, checkpoints, estimate(func_op))
 
 
-__all__ = ["fit", "annotate", "ANNOTATION",
+__all__ = ["fit", "annotate", "hoist_reductions", "ANNOTATION",
            "Estimate", "MemoryLimitError", "Plan", "estimate", "rematerialize", "parse_size", "human",
            "backward_start", "candidate_segments", "segment_ops"]
