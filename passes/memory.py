@@ -249,7 +249,7 @@ def estimate(func_op: ir.Operation, compiled: bool = True) -> Estimate:
 @dataclass(frozen=True)
 class Plan:
     """How a gradient was fitted: ``segments`` straight-line segments recomputed (0: none),
-    ``recomputed`` ops run again, the loops' ``loop_checkpoints``, the estimate reached."""
+    the ``recomputed`` work (``work``), the loops' ``loop_checkpoints``, the estimate reached."""
     segments: int
     recomputed: int
     loop_checkpoints: object
@@ -289,10 +289,34 @@ def segment_ops(forward: Sequence[ir.Operation], segments: int) -> list[list[ir.
     return groups
 
 
+# Multiply-adds per unit of work: what one element an elementwise op makes costs (runtime's
+# ``estimate_work`` weighs them so: measured on IREE's CPU kernels).
+_MACS_PER_UNIT = 32
+_CONV_KERNEL = re.compile(r"\]x\[([^\]]*)\]")
+
+
+def work(op: ir.Operation) -> int:
+    """What running ``op`` again costs: the elements it makes, plus its multiply-adds (a
+    contraction's, a convolution's) / ``_MACS_PER_UNIT``."""
+    elements = sum(math.prod(max(1, d) for d in shape(r)) for r in op.results
+                   if isinstance(r.type.maybe_downcast(), ir.RankedTensorType))
+    macs = 0
+    if op.name in ("stablehlo.dot_general", "stablehlo.dot"):
+        lhs = shape(op.operands[0])
+        macs = math.prod(max(1, lhs[d]) for d in hlo.dot_dimensions(op).lhs_contract)
+    elif op.name == "stablehlo.convolution":
+        rhs = [max(1, d) for d in shape(op.operands[1])]
+        layout = _CONV_KERNEL.search(str(op.attributes["dimension_numbers"])) \
+            if "dimension_numbers" in op.attributes else None
+        kernel = [c.strip() for c in layout.group(1).split(",")] if layout else []
+        macs = math.prod(rhs) // (rhs[kernel.index("o")] if "o" in kernel else 1)
+    return elements + elements * macs // _MACS_PER_UNIT
+
+
 def rematerialize(func_op: ir.Operation, segments: int) -> int:
     """Rewrite the gradient ``func_op`` in place to keep only its segments' checkpoints (see the
-    module docstring) with the forward split in ``segments``; returns the number of ops it
-    recomputes (0: nothing to recompute, the function is unchanged)."""
+    module docstring) with the forward split in ``segments``; returns the work it recomputes
+    (``work``; 0: nothing to recompute, the function is unchanged)."""
     forward, backward = _forward_backward(func_op)
     if not backward or segments < 2:
         return 0
@@ -327,7 +351,7 @@ def rematerialize(func_op: ir.Operation, segments: int) -> int:
             for u in bwd_users[r]:
                 if u is not ret and len(u.regions):
                     _replace_inside(u, r, copy)
-        recomputed += len(needed)
+        recomputed += sum(work(op) for op in needed)
     return recomputed
 
 
@@ -476,7 +500,7 @@ def _has_loops(func_op: ir.Operation) -> bool:
 
 
 def _trial(func_op: ir.Operation, segments: int) -> tuple[int, int]:
-    """(estimated peak, ops recomputed) of ``func_op`` rematerialized in ``segments`` (0: not)
+    """(estimated peak, work recomputed) of ``func_op`` rematerialized in ``segments`` (0: not)
     and its reductions hoisted, on a copy."""
     copy = func_op.clone(ir.InsertionPoint(func_op))
     try:
@@ -493,8 +517,9 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     """Fit the gradient ``func_op`` under ``limit`` bytes (estimated): as it is if it fits; else
     with its loops checkpointed (``rebuild(checkpoints)`` builds it again that way, replacing
     ``func_op``; it returns the new op), else with its reductions hoisted (``hoist_reductions``:
-    free), else rematerialized, the plan that fits with the fewest recomputed ops (√n segments,
-    fewer, more). Raises MemoryLimitError when no plan fits."""
+    free), else rematerialized: of the segmentations tried (√n segments, fewer, more), the one
+    that fits recomputing the least work (``work``: a contraction weighs its multiply-adds, so
+    cheap ops are recomputed first). Raises MemoryLimitError when no plan fits."""
     first = estimate(func_op)
     if first.peak <= limit:
         return func_op, Plan(0, 0, None, first)

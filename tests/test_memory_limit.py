@@ -127,6 +127,26 @@ def test_hoisting_reductions_alone_can_fit():
     assert fitted.count("stablehlo.tanh") == 2 * LAYERS  # @mlp's and @mlp_vjp's: nothing recomputed
 
 
+def test_recomputing_weighs_contractions():
+    module = passes.parse_module(mlp())
+    with module.context:
+        ops = {op.operation.name: op.operation for op in passes.find_function(module, "mlp").regions[0].blocks[0]
+               .operations}
+        # BATCH x WIDTH elements each; the contraction adds WIDTH multiply-adds an element, / 32.
+        assert memory.work(ops["stablehlo.tanh"]) == BATCH * WIDTH
+        assert memory.work(ops["stablehlo.dot_general"]) == BATCH * WIDTH + BATCH * WIDTH * WIDTH // 32
+    conv = passes.parse_module("""
+func.func @c(%x: tensor<1x8x8x3xf32>, %k: tensor<3x3x3x4xf32>) -> tensor<1x6x6x4xf32> {
+  %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {stride = [1, 1]}
+    {batch_group_count = 1 : i64, feature_group_count = 1 : i64}
+    : (tensor<1x8x8x3xf32>, tensor<3x3x3x4xf32>) -> tensor<1x6x6x4xf32>
+  return %0 : tensor<1x6x6x4xf32>
+}""")
+    with conv.context:
+        op = next(iter(passes.find_function(conv, "c").regions[0].blocks[0].operations)).operation
+        assert memory.work(op) == 144 + 144 * (3 * 3 * 3) // 32  # 3x3 taps of 3 features an element
+
+
 def test_segments_follow_the_forward():
     module = passes.parse_module(passes.differentiate(mlp()))
     with module.context:
