@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     import irgrad as ig
 
     print(f"main_grad: peak MiB over the RSS after loading, first / second call; ms: median of calls 2..{args.calls}; "
-          f"limit = {args.fraction} x the unconstrained {args.basis} peak (first call)")
+          f"limit = {args.fraction} x the unconstrained peak, "
+          f"{'measured (first call)' if args.basis == 'measured' else 'as irgrad estimates it'}")
     print("| model | batch | peak | ms | limit MiB | estimate before -> after (MiB) | main_grad ops | peak | ms "
           "| max rel. diff |")
     print("|---|---:|---:|---:|---:|---|---|---:|---:|---:|")

@@ -5,6 +5,9 @@ structure and that a limit changes the plan; memory itself is measured by
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -239,3 +242,21 @@ def test_compile_records_the_estimates_and_inspect_shows_them(tmp_path, free):
     as_json = json.loads(runner.invoke(app, ["inspect", str(artifact), "--json"]).output)
     assert as_json["estimated_peak"]["mlp_grad"]["peak"] == grad.peak
     assert as_json["estimated_peak"]["mlp"]["tape"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("prlimit") is None,
+                    reason="peaks are read from /proc/self; every process runs under prlimit")
+def test_bench_memory_limit_runs():
+    """benchmarks/bench_memory_limit.py still runs (smoke: nothing measured is asserted)."""
+    from test_benchmarks import ROOT, _jax_python
+
+    python = _jax_python()
+    if python is None:
+        pytest.skip("bench_memory_limit.py exports the models with JAX (set IRGRAD_JAX_PYTHON)")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory_limit.py"), "--jax-python",
+                           python, "--models", "mlp:64", "--calls", "2", "--basis", "estimate"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"bench_memory_limit.py failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| mlp |")]
+    assert len(rows) == 1 and float(rows[0][-1]) < 1e-5, proc.stdout  # the same gradients
