@@ -33,6 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .ir import hlo
+from .ir.regions import nested_ops
+from .lowering.legalize import legalize_text
+from .transforms.backprop import captured_values
 from .ir.mlir import elem, ir, is_float, loc_name, parse_module, run_pipeline, shape
 
 UNITS = {"": 1, "B": 1, "K": 2 ** 10, "KB": 2 ** 10, "KIB": 2 ** 10, "M": 2 ** 20, "MB": 2 ** 20, "MIB": 2 ** 20,
@@ -140,7 +143,6 @@ def _inputs(op: ir.Operation) -> list[ir.Value]:
     """``op``'s operands and the values its regions read from outside it."""
     values = list(op.operands)
     if len(op.regions):
-        from .transforms.backprop import captured_values
         values += captured_values(op)
     return values
 
@@ -205,7 +207,6 @@ def annotate(func_op: ir.Operation) -> Estimate:
 
 
 def _has_calls(func_op: ir.Operation) -> bool:
-    from .ir.regions import nested_ops
     return any(op.name == "func.call" for op in nested_ops(func_op))
 
 
@@ -225,7 +226,6 @@ def estimate(func_op: ir.Operation, compiled: bool = True) -> Estimate:
     IREE is given it (``compiled``: after ``lowering.legalize``, whose rewrites, such as a
     convolution's patches, make values of their own), or as it stands."""
     if compiled and not _has_calls(func_op):
-        from .lowering.legalize import legalize_text
         text = "module {\n" + func_op.get_asm(enable_debug_info=True) + "\n}"
         legal = legalize_text(text)
         if legal != text:
@@ -495,7 +495,6 @@ def hoist_reductions(func_op: ir.Operation) -> int:
 
 
 def _has_loops(func_op: ir.Operation) -> bool:
-    from .ir.regions import nested_ops
     return any(op.name == "stablehlo.while" for op in nested_ops(func_op))
 
 

@@ -255,7 +255,7 @@ def test_bench_memory_limit_runs():
     if python is None:
         pytest.skip("bench_memory_limit.py exports the models with JAX (set IRGRAD_JAX_PYTHON)")
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory_limit.py"), "--jax-python",
-                           python, "--models", "mlp:64", "--calls", "2", "--basis", "estimate"], cwd=ROOT,
+                           python, "--models", "mlp:64", "--calls", "2", "--basis", "estimate", "--limit", "6000000000"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"bench_memory_limit.py failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| mlp |")]
