@@ -256,8 +256,8 @@ def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: boo
             raise CLIError(f"bad --train/--lr: {error}", USAGE) from None
     elif lr is not None:
         raise CLIError("--lr needs --train", USAGE)
-    if memory_limit is not None and not (grad or vjp):
-        raise CLIError("--max-memory needs --grad or --vjp (it fits their backward pass)", USAGE)
+    if memory_limit is not None and not (grad or vjp or train):
+        raise CLIError("--max-memory needs --grad, --vjp or --train (it fits their backward pass)", USAGE)
     if not (grad or vjp or jvp or hessian or train):
         if with_value or wrt is not None:
             raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)

@@ -277,8 +277,8 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
     and recomputes the iterations between two of them in the reverse pass (see
     ``control_flow``): memory O(k + n/k) instead of O(n), for one more forward run.
 
-    ``memory_limit`` (bytes, or a size such as ``"64M"``): ``@F_grad`` and ``@F_vjp`` are
-    fitted under it by their estimated peak (``passes.memory``): loops checkpointed, then
+    ``memory_limit`` (bytes, or a size such as ``"64M"``): ``@F_grad``, ``@F_vjp`` and
+    ``@F_train_step`` are fitted under it by their estimated peak (``passes.memory``): loops checkpointed, then
     straight-line forward values recomputed in the backward instead of kept; a limit no plan
     meets raises ``memory.MemoryLimitError`` with the estimate and the smallest it can meet.
 
@@ -316,8 +316,12 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
             last = training.add_init(module, last, func_op, f"{name}_train_init", wrt, train)
             name_results(last, state)
             added.append(function_name(last))
-            last = _build(module, last, func_op, f"{name}_train_step", True,
-                          training.step(train, lr, wrt, f"{name}_train_step", state))
+            before = last
+            step = functools.partial(_build, module, before, func_op, f"{name}_train_step", True,
+                                     training.step(train, lr, wrt, f"{name}_train_step", state))
+            last = step()
+            if limit is not None:
+                last = _fitted(last, limit, step)
             last.attributes[training.LAYOUT_KEY] = ir.StringAttr.get(
                 training.layout(train, lr, wrt, [params[i] for i in wrt]))
             name_results(last, training.result_names(func_op, result_names(func_op), [params[i] for i in wrt],

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import irgrad as ig
 from irgrad import passes
 from irgrad.cli import app
 from irgrad.passes import memory
@@ -150,6 +151,19 @@ func.func @c(%x: tensor<1x8x8x3xf32>, %k: tensor<3x3x3x4xf32>) -> tensor<1x6x6x4
         assert memory.work(op) == 144 + 144 * (3 * 3 * 3) // 32  # 3x3 taps of 3 features an element
 
 
+def test_a_training_step_fits_and_trains_the_same():
+    free = passes.differentiate(mlp(), train="sgd", wrt=list(range(1, LAYERS + 1)))
+    step = passes.estimate_peak(free, "mlp_train_step")
+    limit = int(step.peak * 0.8)
+    fitted = passes.differentiate(mlp(), train="sgd", wrt=list(range(1, LAYERS + 1)), memory_limit=limit)
+    assert passes.estimate_peak(fitted, "mlp_train_step").peak <= limit < step.peak
+    assert fitted.count("stablehlo.tanh") > free.count("stablehlo.tanh")  # recomputed in the backward
+    args = [*_args(), np.int32(0)]  # F's arguments, then the optimizer's state: SGD's step count
+    runs = [ig.compile(text).load()["mlp_train_step"].call_flat(*args) for text in (free, fitted)]
+    for a, b in zip(*runs):  # the loss, each parameter after one step, the step count
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)
+
+
 def test_segments_follow_the_forward():
     module = passes.parse_module(passes.differentiate(mlp()))
     with module.context:
@@ -224,7 +238,7 @@ def test_cli_max_memory(tmp_path, free):
     bad = runner.invoke(app, ["grad", str(source), "--max-memory", "lots"])
     assert bad.exit_code == 2 and "bad --max-memory" in bad.output
     alone = runner.invoke(app, ["grad", str(source), "--jvp", "--max-memory", "1M"])
-    assert alone.exit_code == 2 and "--max-memory needs --grad or --vjp" in alone.output
+    assert alone.exit_code == 2 and "--max-memory needs --grad, --vjp or --train" in alone.output
 
 
 def test_compile_records_the_estimates_and_inspect_shows_them(tmp_path, free):
