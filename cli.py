@@ -127,6 +127,8 @@ MaxMemory = Annotated[str | None, typer.Option(
     "--max-memory", metavar="SIZE", help="Fit @F_grad/@F_vjp/@F_train_step under SIZE (e.g. 64M, 1.5G: what a "
     "call allocates over its arguments, as estimated): loops checkpointed, then forward values recomputed in the "
     "backward instead of kept; a SIZE it cannot meet is refused with the estimate and the smallest it can meet.")]
+Source = Annotated[str, typer.Argument(metavar="SRC", help="An .mlir file or path/to/model.py:function.")]
+Artifact = Annotated[Path, typer.Argument(metavar="ART.vmfb", help="A compiled artifact.")]
 
 
 # ----- commands --------------------------------------------------------------------------
