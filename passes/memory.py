@@ -7,7 +7,10 @@ inside a region counts at the op that holds the region); at each op the live val
 results and the transients of its regions (a loop's body at its own peak, its carries
 counted once as the loop's operands and results), of the function as IREE is given it (after
 ``lowering.legalize``: a convolution's patches are values of their own). Constants are not counted: IREE folds
-splats into the kernels and keeps dense ones in the artifact's read-only data. A dimension
+splats into the kernels and keeps dense ones in the artifact's read-only data. A ``while`` body
+holds its carries once more (IREE gives an iteration's carries buffers of their own: the
+scan benchmark's loop copies them each step), and an update that writes into a value dying
+at it (``dynamic_update_slice``, ``scatter``: a tape's row) makes no new buffer. A dimension
 known only at run time counts as 1 (``Estimate.dynamic`` says the figure is then a lower
 bound). In a gradient ``@F_grad`` the *tape* is the forward values its backward reads:
 those live where the backward starts (its first op named ``F_grad/...``, as
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from .ir import hlo
 from .ir.regions import nested_ops
 from .lowering.legalize import legalize_text
+from .rules.control_flow import checkpoints_in_force
 from .transforms.backprop import captured_values
 from .ir.mlir import elem, ir, is_float, loc_name, parse_module, run_pipeline, shape
 
@@ -147,6 +151,10 @@ def _inputs(op: ir.Operation) -> list[ir.Value]:
     return values
 
 
+# Ops IREE runs in place when the value they update dies at them.
+_IN_PLACE = {"stablehlo.dynamic_update_slice", "stablehlo.scatter"}
+
+
 class _Liveness:
     def __init__(self) -> None:
         self.largest, self.largest_op, self.loops, self.dynamic = 0, "-", 0, False
@@ -167,29 +175,40 @@ class _Liveness:
                 last[v] = i
         live, peak, at, at_boundary = held, held, "-", 0
         dying: dict[int, list[ir.Value]] = {}
+        counted: dict[ir.Value, int] = {}  # the bytes each live value added (0: it took over a buffer)
         for i, op in enumerate(ops):
             if boundary is not None and op == boundary:
                 at_boundary = live - held
             inner = 0
-            for region in op.regions:
+            for k, region in enumerate(op.regions):
                 for b in region.blocks:
-                    inner = max(inner, self.block(b, 0)[0])
+                    # A loop's body gets its carries as buffers of their own (IREE copies the
+                    # carried values each iteration), the size of the carries once more.
+                    copied = sum(self.size(a) for a in b.arguments) if op.name == "stablehlo.while" and k == 1 else 0
+                    inner = max(inner, self.block(b, copied)[0])
             if op.name == "stablehlo.while":
                 self.loops = max(self.loops, sum(self.size(r) for r in op.results))
-            made = 0 if op.name == "stablehlo.constant" else sum(self.size(r) for r in op.results)
-            if made and op.name != "stablehlo.constant":
-                for r in op.results:
-                    n = self.size(r)
-                    if n > self.largest:
-                        self.largest, self.largest_op = n, _where(op)
+            sizes = [0 if op.name == "stablehlo.constant" else self.size(r) for r in op.results]
+            for n in sizes:
+                if n > self.largest:
+                    self.largest, self.largest_op = n, _where(op)
+            if op.name in _IN_PLACE and last.get(op.operands[0]) == i:
+                # The update writes into the buffer of the value it updates, which dies here (a
+                # tape's row stored into its stack): no new buffer.
+                sizes[0] = 0
+                if op.operands[0] in counted:
+                    counted[op.results[0]] = counted.pop(op.operands[0])
+                    dying[i].remove(op.operands[0])
+            made = sum(sizes)
             if live + made + inner > peak:
                 peak, at = live + made + inner, _where(op)
-            if op.name != "stablehlo.constant":
-                live += made
-                for r in op.results:
+            live += made
+            for r, n in zip(op.results, sizes):
+                if op.name != "stablehlo.constant":
+                    counted[r] = counted.get(r, 0) + n
                     dying.setdefault(last.get(r, i), []).append(r)
             for v in dying.pop(i, []):
-                live -= self.size(v)
+                live -= counted.pop(v, 0)
         return peak, at, at_boundary
 
 
@@ -522,13 +541,16 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     first = estimate(func_op)
     if first.peak <= limit:
         return func_op, Plan(0, 0, None, first)
-    checkpoints = None
-    if rebuild is not None and _has_loops(func_op):
-        checkpoints = "sqrt"
-        func_op = rebuild(checkpoints)
+    checkpoints = given = checkpoints_in_force()
+    if rebuild is not None and given != "sqrt" and _has_loops(func_op):
+        func_op = rebuild("sqrt")
         looped = estimate(func_op)
         if looped.peak <= limit:
-            return func_op, Plan(0, 0, checkpoints, looped)
+            return func_op, Plan(0, 0, "sqrt", looped)
+        if looped.peak < first.peak:
+            checkpoints = "sqrt"
+        else:  # checkpoints save nothing here (a short loop, an unrolled one): as it was
+            func_op = rebuild(given)
     hoisted, _ = _trial(func_op, 0)
     if hoisted <= limit:
         hoist_reductions(func_op)
@@ -536,11 +558,13 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     trials = {s: _trial(func_op, s) for s in candidate_segments(func_op)}
     fitting = [(recomputed, peak, s) for s, (peak, recomputed) in trials.items() if recomputed and peak <= limit]
     if not fitting:
-        smallest = min([estimate(func_op).peak, hoisted, *(peak for peak, _ in trials.values())])
+        smallest = min([first.peak, estimate(func_op).peak, hoisted, *(peak for peak, _ in trials.values())])
         raise MemoryLimitError(
             f"memory limit {human(limit)} cannot be met by @{first.function}: its estimated peak is "
-            f"{human(first.peak)} and rematerialization brings it down to {human(smallest, up=True)} at "
-            f"the least (the smallest limit it can meet)", first.peak, smallest)
+            f"{human(first.peak)}, " + (f"and rematerialization brings it down to {human(smallest, up=True)} at the "
+                                        "least (the smallest limit it can meet)" if smallest < first.peak else
+                                        "which neither checkpointing nor recomputation lowers (the smallest limit "
+                                        "it can meet)"), first.peak, smallest)
     _, _, segments = min(fitting)
     recomputed = rematerialize(func_op, segments)
     cleanup(func_op)

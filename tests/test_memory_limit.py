@@ -17,6 +17,7 @@ import irgrad as ig
 from irgrad import passes
 from irgrad.cli import app
 from irgrad.passes import memory
+from irgrad.passes.lowering import choices
 
 from gradcheck import check_module
 
@@ -207,6 +208,20 @@ def test_loops_fit(loop_form):
     else:  # straight-line code that checkpoints do not change: recomputed
         assert passes.estimate_peak(checkpointed, "scan_grad").peak > limit
         assert fitted.count("stablehlo.tanh") > 1 + 48  # @scan's loop body, @scan_vjp's 48 steps, and copies
+
+
+def test_checkpoints_that_cost_more_are_undone_and_a_limit_nothing_lowers_is_refused():
+    """A 4-step loop: its √n snapshots' loops hold more than its tape (each loop body's carries
+    are copies of their own), so the limit leaves it as it was, and refuses, saying so."""
+    short = LOOP.replace("dense<48>", "dense<4>")
+    with choices.loop_form("looped"):  # its snapshots: a loop of their own
+        as_is = passes.estimate_peak(passes.differentiate(short), "scan_grad")
+        checkpointed = passes.estimate_peak(passes.differentiate(short, loop_checkpoints="sqrt"), "scan_grad")
+        assert checkpointed.peak > as_is.peak
+        with pytest.raises(passes.MemoryLimitError) as caught:
+            passes.differentiate(short, memory_limit=as_is.peak - 1)
+    assert "which neither checkpointing nor recomputation lowers" in str(caught.value)
+    assert caught.value.smallest == caught.value.estimate == as_is.peak
 
 
 @pytest.mark.parametrize("text, size", [("64M", 64 << 20), ("1.5G", 3 << 29), ("512k", 512 << 10), ("4096", 4096),
