@@ -1,31 +1,35 @@
 """A function's peak memory, estimated from its StableHLO, and the rematerialization that
 fits a gradient under a memory limit (``passes.differentiate(..., memory_limit=...)``).
 
-The estimate is liveness in program order: the arguments (the caller holds them for the
-whole call), then each op's results from the op that makes them to their last use (a use
-inside a region counts at the op that holds the region); at each op the live values, its
-results and the transients of its regions (a loop's body at its own peak, its carries
-counted once as the loop's operands and results), of the function as IREE is given it (after
-``lowering.legalize``: a convolution's patches are values of their own). Constants are not counted: IREE folds
-splats into the kernels and keeps dense ones in the artifact's read-only data. A ``while`` body
-holds its carries once more (IREE gives an iteration's carries buffers of their own: the
-scan benchmark's loop copies them each step), and an update that writes into a value dying
-at it (``dynamic_update_slice``, ``scatter``: a tape's row) makes no new buffer. A dimension
-known only at run time counts as 1 (``Estimate.dynamic`` says the figure is then a lower
-bound). In a gradient ``@F_grad`` the *tape* is the forward values its backward reads:
-those live where the backward starts (its first op named ``F_grad/...``, as
-``transforms.backprop`` names them).
+The estimate is liveness in program order, over the function as IREE is given it (after
+``lowering.legalize``: a convolution's patches are values of their own): the arguments (the
+caller holds them for the whole call), then each op's results from the op that makes them to
+their last use (a use inside a region counts at the op that holds the region); at each op, the
+live values, its results and the peak of its regions. A ``while`` body holds its carries once
+more (IREE gives an iteration's carries buffers of their own: measured, the scan benchmark's
+√n-checkpointed gradient, loops in loops, peaks at 664 MiB against 185 without). An update
+that writes into a value dying at it (``dynamic_update_slice``, ``scatter``: a tape's row)
+makes no new buffer. Constants count nothing: IREE folds splats into the kernels and keeps
+dense ones in the artifact's read-only data. A dimension known only at run time counts as 1
+(``Estimate.dynamic``: the figure is then a lower bound). In a gradient ``@F_grad`` the
+*tape* is the forward values its backward reads: those live where the backward starts (its
+first op named ``F_grad/...``, as ``transforms.backprop`` names them). What the estimate does
+not see: IREE's own buffers (a kernel's workspace, an execution region's allocations).
+
+Fitting (``fit``) tries, in order: the loops checkpointed (where that lowers the estimate);
+the backward's reductions of large values hoisted next to those values (``hoist_reductions``,
+nothing recomputed); then rematerialization.
 
 Rematerialization rewrites a built gradient: the forward ops are split into segments, only
 the values a segment hands to a later one (its checkpoints) stay live into the backward,
 and the other values the backward reads are computed again, segment by segment, just before
 the first backward op that reads them, from the checkpoints and the arguments. Each input of a
-recomputation gets ``0 · c`` added, ``c`` a scalar of the cotangent the backward has reached
-there (``_tied``), so that neither CSE nor IREE merges the copy back into the forward or runs
-it early. Not a ``stablehlo.optimization_barrier``: IREE splits its execution regions at each
+recomputation gets a zero added, ``c`` a scalar of the cotangent the backward has reached
+there (``_tied``: ``-0 · is_finite(c)``), so that neither CSE nor IREE merges the copy back
+into the forward or runs it early. Not a ``stablehlo.optimization_barrier``: IREE splits its execution regions at each
 barrier (each region then gets allocations of its own), and the measured peak grew instead
-(a 16384×128 8-layer tanh MLP's gradient: 92 MiB kept, 124 MiB recomputed behind barriers,
-61 MiB with this tie; ``benchmarks/bench_memory_limit.py`` measures).
+(a 16384×128 8-layer tanh MLP's gradient, measured as ``benchmarks/bench_memory.py`` does:
+92 MiB kept, 124 MiB recomputed behind barriers, 61 MiB with this tie).
 """
 from __future__ import annotations
 
@@ -420,14 +424,15 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
 
 
 def _tied(values: Sequence[ir.Value], anchor: ir.Value | None) -> list[ir.Value]:
-    """``values`` plus a zero read from ``anchor`` (``0 · anchor[0...]``, which no folder
-    removes: ``0 · inf`` is NaN): new values CSE cannot merge, computed after ``anchor``, in the
-    same IREE execution region (a barrier would split it; see the module docstring)."""
+    """``values`` plus a zero read from ``anchor``: ``-0 · is_finite(anchor[0...])``, which no
+    folder removes and which is -0 whatever the cotangent holds (inf and NaN included), so that
+    ``v + z`` is ``v`` to the bit. New values CSE cannot merge, computed after ``anchor``, in
+    the same IREE execution region (a barrier would split it; see the module docstring)."""
     if anchor is None:
         return list(values)
     rank = len(shape(anchor))
     first = hlo.reshape(hlo.slice(anchor, [0] * rank, [1] * rank, [1] * rank), [])
-    zero = hlo.multiply(first, hlo.like(0, first))
+    zeros: dict[ir.Type, ir.Value] = {}
     out = []
     for v in values:
         t = v.type.maybe_downcast()
@@ -435,8 +440,10 @@ def _tied(values: Sequence[ir.Value], anchor: ir.Value | None) -> list[ir.Value]
                 or not hlo.is_static(v):
             out.append(v)
             continue
-        z = zero if elem(v) == elem(zero) else hlo.convert(zero, elem(v))
-        out.append(hlo.add(v, hlo.broadcast_in_dim(z, list(t.shape), [])))
+        if elem(v) not in zeros:
+            finite = hlo.convert(hlo.is_finite(first), elem(v))
+            zeros[elem(v)] = hlo.multiply(finite, hlo.like(-0.0, finite))
+        out.append(hlo.add(v, hlo.broadcast_in_dim(zeros[elem(v)], list(t.shape), [])))
     return out
 
 
