@@ -6,17 +6,19 @@ each gradient takes with ``passes.differentiate(..., memory_limit=...)``, agains
 
 Per model (``bench_memory_jax.py``'s): export the forward (JAX), differentiate it with
 ``with_value=True`` and compile it; measure ``main_grad``'s peak and time as ``bench_memory.py``
-does (a fresh process per figure: MiB over the RSS after loading, median time of calls 2..);
+does (a fresh process per figure: MiB over the RSS after loading, first and second call);
 then differentiate it again with ``memory_limit`` = ``--fraction`` of that peak (the first call's
 measured peak, or irgrad's estimate with ``--basis estimate``: the limit bounds the estimate, and
-IREE's own buffers are not in it), compile, measure, and check that both artifacts return the
-same values and gradients.
+IREE's own buffers are not in it), compile, measure, time both artifacts in turn in one fresh process (the
+time cost under one load: this machine's cores are shared), and check that both return the same
+values and gradients.
 A limit rematerialization cannot meet is printed with its refusal, then tried again at the
 smallest limit the refusal names. Nothing asserts a size.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import sys
@@ -58,6 +60,30 @@ def _same(a: Path, b: Path, npz: Path) -> float:
                for x, y in zip(*outs))
 
 
+def alternate(free: str, fitted: str, npz: str, reps: int) -> dict:
+    """Median seconds of ``main_grad`` of the two artifacts, called in turn ``reps`` times each in
+    this (fresh) process after one warm-up call each: the time cost under the same load."""
+    import time
+
+    import numpy as np
+
+    import bench_adjoint  # noqa: F401  (puts the source tree first on sys.path)
+    from irgrad import runtime as igrt
+
+    with np.load(npz) as data:
+        args = [data[f"arr_{i}"] for i in range(len(data.files))]
+    fns = [igrt.load(Path(p).read_bytes())["main_grad"] for p in (free, fitted)]
+    for fn in fns:
+        fn(*args)
+    times: list[list[float]] = [[], []]
+    for _ in range(reps):
+        for k, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn(*args)
+            times[k].append(time.perf_counter() - start)
+    return {"free_s": statistics.median(times[0]), "fitted_s": statistics.median(times[1])}
+
+
 def _ops(text: str) -> int:
     """The ops of ``@main_grad`` (recomputation adds some)."""
     body = text[re.search(r"func\.func (public )?@main_grad\(", text).start():]
@@ -80,9 +106,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"main_grad: peak MiB over the RSS after loading, first / second call; ms: median of calls 2..{args.calls}; "
           f"limit = {args.fraction} x the unconstrained peak, "
           f"{'measured (first call)' if args.basis == 'measured' else 'as irgrad estimates it'}")
-    print("| model | batch | peak | ms | limit MiB | estimate before -> after (MiB) | main_grad ops | peak | ms "
-          "| max rel. diff |")
-    print("|---|---:|---:|---:|---:|---|---|---:|---:|---:|")
+    print(f"time cost: median of {args.reps} calls each of the two artifacts in turn, in one fresh process")
+    print("| model | batch | peak | limit MiB | estimate before -> after (MiB) | main_grad ops | peak | ms before "
+          "-> after | max rel. diff |")
+    print("|---|---:|---:|---:|---|---|---:|---:|---:|")
     specs = args.models.split(",") if args.models else list(DEFAULT)
     with tempfile.TemporaryDirectory(prefix="bench_memory_limit_") as tmp:
         for spec in specs:
@@ -94,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             free = ig.passes.differentiate(forward, "main", with_value=True)
             before = ig.passes.estimate_peak(free, "main_grad")
             base = _measure(_compile(free, folder / "free.vmfb"), npz, args.calls, args.limit)
-            peak, ms = _cell(base)
+            peak, _ = _cell(base)
             if "error" in base:
                 print(f"| {name} | {batch} | error: {base['error'][:200]} |")
                 continue
@@ -109,10 +136,14 @@ def run(args: argparse.Namespace) -> int:
                 fitted = ig.passes.differentiate(forward, "main", with_value=True, memory_limit=limit)
             after = ig.passes.estimate_peak(fitted, "main_grad")
             limited = _measure(_compile(fitted, folder / "fitted.vmfb"), npz, args.calls, args.limit)
-            peak2, ms2 = _cell(limited)
+            peak2, _ = _cell(limited)
             diff = _same(folder / "free.vmfb", folder / "fitted.vmfb", npz)
-            print(f"| {name} | {batch} | {peak} | {ms} | {limit / MIB:.0f} | {before.peak / MIB:.0f} -> "
-                  f"{after.peak / MIB:.0f} | {_ops(free)} -> {_ops(fitted)} | {peak2} | {ms2} | {diff:.1e} |{note}",
+            timed = figure([sys.executable, __file__, "--alternate", str(folder / "free.vmfb"),
+                            str(folder / "fitted.vmfb"), str(npz), str(args.reps)], args.limit)
+            cost = ("error" if "error" in timed else f"{timed['free_s'] * 1e3:.0f} -> {timed['fitted_s'] * 1e3:.0f} "
+                    f"(x{timed['fitted_s'] / timed['free_s']:.2f})")
+            print(f"| {name} | {batch} | {peak} | {limit / MIB:.0f} | {before.peak / MIB:.0f} -> "
+                  f"{after.peak / MIB:.0f} | {_ops(free)} -> {_ops(fitted)} | {peak2} | {cost} | {diff:.1e} |{note}",
                   flush=True)
     return 0
 
@@ -125,9 +156,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--basis", choices=("measured", "estimate"), default="measured",
                         help="the unconstrained peak the fraction is of: measured (first call) or irgrad's estimate")
     parser.add_argument("--calls", type=int, default=3, help="calls per figure (default 3)")
+    parser.add_argument("--reps", type=int, default=5, help="calls of each artifact for the time cost (default 5)")
     parser.add_argument("--limit", default="12000000000", help="prlimit --as for every process (bytes)")
+    parser.add_argument("--alternate", nargs=4, metavar=("FREE", "FITTED", "NPZ", "REPS"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.alternate:
+        free, fitted, npz, reps = args.alternate
+        print(json.dumps(alternate(free, fitted, npz, int(reps))))
+        return 0
+    return run(args)
+
+
 if __name__ == "__main__":
-    sys.exit(run(parse_args(None)))
+    sys.exit(main())
