@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     import bench_adjoint  # noqa: F401  (puts the source tree first on sys.path)
     import irgrad as ig
 
-    print(f"main_grad: peak MiB over the RSS after loading, first / second call; ms: median of calls 2..{args.calls}; "
+    print(f"main_grad: peak MiB over the RSS after loading, first / second call ({args.calls} calls); "
           f"limit = {args.fraction} x the unconstrained peak, "
           f"{'measured (first call)' if args.basis == 'measured' else 'as irgrad estimates it'}")
     print(f"time cost: median of {args.reps} calls each of the two artifacts in turn, in one fresh process")
