@@ -1,10 +1,10 @@
 """The ``irgrad`` command line.
 
     irgrad grad IN.mlir -o OUT.mlir [--func F] [--wrt 0,2] [--vjp] [--jvp] [--hessian] [--with-value]
-                [--train sgd|momentum|adam [--lr X]]
+                [--train sgd|momentum|adam [--lr X]] [--max-memory SIZE]
     irgrad compile SRC -o OUT.vmfb [--target T] [--cpu ..] [--triple ..] [--cuda-arch ..]
                    [--rocm-arch ..] [--grad] [--vjp] [--jvp] [--hessian] [--with-value] [--wrt ..]
-                   [--train ...] [--func F] [--no-cache]
+                   [--train ...] [--func F] [--max-memory SIZE] [--no-cache]
     irgrad run ART.vmfb --function F --input 2x2xf32=1,2,3,4 --input @x.npy
                [--device D] [--output @out.npy]
     irgrad emit MODEL.py:FUNCTION [--grad] [--vjp] [--jvp] [--hessian] [--with-value] [--wrt ..]
@@ -33,13 +33,13 @@ from typing import Annotated, Any
 import typer
 
 import irgrad
-from irgrad import runtime
+from irgrad import passes, runtime
 from irgrad.runtime.artifact import atomic_write
 from irgrad.runtime.c_header import c_header
 from irgrad.runtime.vmfb import signatures_from_metadata
 from irgrad.runtime.profile import profile_dispatches
 from irgrad.console import ErrorLines, State, cache_app, log_to_stderr, progress
-from irgrad.artifact_cli import inspect_artifact, run_artifact
+from irgrad.artifact_cli import inspect_artifact, peak_lines, run_artifact
 from irgrad.commands import (USAGE, CLIError, adjoints, argument_lines, artifact_metadata, compile_blaming,
                           describe_targets, load_source, pick_function, read_mlir, signature_lines, training_lines,
                           training_needs_wrt, with_file_locations, write_text)
@@ -123,6 +123,10 @@ Lr = Annotated[float | None, typer.Option(
     "--lr", metavar="X", help="Learning rate for --train (default: the optimizer's Keras default, 0.01 or 0.001 "
     "for adam).")]
 ProxMu = Annotated[float | None, typer.Option("--prox-mu", metavar="MU", help=PROX_HELP)]
+MaxMemory = Annotated[str | None, typer.Option(
+    "--max-memory", metavar="SIZE", help="Fit @F_grad/@F_vjp/@F_train_step under SIZE (e.g. 64M, 1.5G: what a "
+    "call allocates over its arguments, as estimated): loops checkpointed, then forward values recomputed in the "
+    "backward instead of kept; a SIZE it cannot meet is refused with the estimate and the smallest it can meet.")]
 Source = Annotated[str, typer.Argument(metavar="SRC", help="An .mlir file or path/to/model.py:function.")]
 Artifact = Annotated[Path, typer.Argument(metavar="ART.vmfb", help="A compiled artifact.")]
 
@@ -164,6 +168,7 @@ def grad(
     func: Func = None, wrt: Wrt = None, vjp: Vjp = False, with_value: WithValue = False, jvp: Jvp = False,
     hessian: Hessian = False,
     loop_checkpoints: Checkpoints = None, train: Train = None, lr: Lr = None, prox_mu: ProxMu = None,
+    max_memory: MaxMemory = None,
     list_args: Annotated[bool, flag("--list-args", help="List the public functions' arguments (index, name, type) "
                                     "for --wrt, and write nothing.")] = False,
 ) -> None:
@@ -177,7 +182,8 @@ def grad(
         typer.echo(argument_lines(read_mlir(source), func))
         return
     text = adjoints(read_mlir(source), func, wrt, grad=not (jvp or hessian or train), vjp=vjp, with_value=with_value,
-                    jvp=jvp, hessian=hessian, loop_checkpoints=loop_checkpoints, train=train, lr=lr, prox_mu=prox_mu)
+                    jvp=jvp, hessian=hessian, loop_checkpoints=loop_checkpoints, train=train, lr=lr, prox_mu=prox_mu,
+                    max_memory=max_memory)
     write_text(output, with_file_locations(text))
 
 
@@ -212,6 +218,7 @@ def compile_command(
     grad: Grad = False, vjp: Vjp = False, jvp: Jvp = False, hessian: Hessian = False, with_value: WithValue = False,
     wrt: Wrt = None, func: Func = None,
     loop_checkpoints: Checkpoints = None, train: Train = None, lr: Lr = None, prox_mu: ProxMu = None,
+    max_memory: MaxMemory = None,
     no_cache: Annotated[bool, flag("--no-cache", help="Compile again even if a cached artifact exists.")] = False,
 ) -> None:
     """Compile StableHLO (optionally with its adjoints) into an IREE .vmfb artifact.
@@ -229,7 +236,7 @@ def compile_command(
     if train is not None and wrt is None and name is not None:
         raise CLIError(training_needs_wrt(forward, name, source), USAGE)
     text = adjoints(forward, func or name, wrt, grad=grad, vjp=vjp, jvp=jvp, hessian=hessian, with_value=with_value,
-                    loop_checkpoints=loop_checkpoints, train=train, lr=lr, prox_mu=prox_mu)
+                    loop_checkpoints=loop_checkpoints, train=train, lr=lr, prox_mu=prox_mu, max_memory=max_memory)
     start = time.perf_counter()
     with progress(f"irgrad: compiling {source} for {options.target.value}"):
         artifact = compile_blaming(forward, text, options, cache=not no_cache)
@@ -237,7 +244,8 @@ def compile_command(
     artifact.save(output)
     cached = f" (from the {artifact.cached} cache)" if artifact.cached else ""
     lines = [f"{output}: {len(artifact.vmfb):,} bytes, {options.describe()}, "
-             f"compiled in {seconds:.2f} s{cached}", *signature_lines(artifact.functions)]
+             f"compiled in {seconds:.2f} s{cached}", *signature_lines(artifact.functions),
+             *peak_lines(artifact.metadata)]
     for step, layout in (artifact.metadata.get("training") or {}).items():  # the parameters --train chose
         lines += training_lines(step, layout, artifact.functions.get(step))
     typer.echo("\n".join(lines))
@@ -253,7 +261,8 @@ def profile(
         "--device", "-d", metavar="DRIVER", help="IREE driver to time on: local-task (default) or local-sync.")]
     = None,
 ) -> None:
-    """Time each dispatch (a fused kernel IREE runs), name the model's ops it came from, show where time goes."""
+    """Time each dispatch (a fused kernel IREE runs), name the model's ops it came from, show where time goes, and
+    the function's estimated peak memory."""
     text, name = load_source(source)
     function = pick_function(list(runtime.parse_signatures(text)), func or name, source)
     if grad:
@@ -267,6 +276,8 @@ def profile(
         except ValueError as error:  # a --device that cannot run this CPU's code
             raise CLIError(str(error), USAGE) from None
     typer.echo(result.table(top=top or None))
+    # What the call needs, by passes.estimate_peak (iree-benchmark-module times, it does not weigh).
+    typer.echo(passes.estimate_peak(text, function).line())
 
 
 # ----- run ------------------------------------------------------------------------------

@@ -51,6 +51,30 @@ def signature_lines(functions: dict) -> list[str]:
     return [f"  {signature!r}" for signature in functions.values()]
 
 
+def _mib(size: int) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def peak_lines(metadata: dict) -> list[str]:
+    """One line per function whose estimated peak the artifact records (``irgrad compile``
+    records it: ``passes.estimate_peak``), under an ``estimated peak`` heading; none without."""
+    peaks = metadata.get("estimated_peak") or {}
+    lines = []
+    for name, peak in peaks.items():
+        parts = [f"results {_mib(peak['results'])}"]
+        if peak.get("tape"):
+            parts.append(f"tape {_mib(peak['tape'])}")
+        if peak.get("loops"):
+            parts.append(f"loop state {_mib(peak['loops'])}")
+        bound = "at least " if peak.get("dynamic") else ""
+        lines.append(f"  {name}: {bound}{_mib(peak['peak'])} over its arguments' {_mib(peak['arguments'])} "
+                     f"({', '.join(parts)})")
+    return ["estimated peak memory per call:", *lines] if lines else []
+
+
 def artifact_metadata(path: Path) -> tuple[bytes, dict]:
     """An artifact's bytes and metadata (checked, no device needed); errors name the file."""
     if not path.is_file():
@@ -76,7 +100,7 @@ def describe_artifact(path: Path, size: int, metadata: dict) -> str:
     lines = [f"{path}: {size:,} bytes"]
     lines += [f"  {key + ':':<15}{value}" for key, value in fields]
     signatures = signatures_from_metadata(metadata)
-    lines += ["functions:", *signature_lines(signatures)]
+    lines += ["functions:", *signature_lines(signatures), *peak_lines(metadata)]
     for name, train in (metadata.get("training") or {}).items():
         lines += training_lines(name, train, signatures.get(name))
     return "\n".join(lines)

@@ -67,6 +67,16 @@ def parse_checkpoints(text: str | None) -> int | str | None:
     return k
 
 
+def parse_memory(text: str | None) -> int | None:
+    """``--max-memory``: ``"64M"``, ``"1.5G"``, ``"4096"`` -> bytes; None stays None."""
+    if text is None:
+        return None
+    try:
+        return passes.memory.parse_size(text)
+    except ValueError as error:
+        raise CLIError(f"bad --max-memory: {error}", USAGE) from None
+
+
 def import_model(path: Path) -> ModuleType:
     """Imports a user's model file under a unique module name, its folder on sys.path."""
     name = f"_irgrad_model_{abs(hash(str(path.resolve())))}"
@@ -184,10 +194,15 @@ def write_text(path: Path | None, text: str) -> None:
 
 
 def compile_blaming(forward: str, text: str, options: runtime.CompileOptions, cache: bool = True):
-    """``compile_text(text)``, where ``text`` is ``forward`` with adjoints added. When IREE
+    """``compile_text(text)``, where ``text`` is ``forward`` with adjoints added, each public
+    function annotated with its estimated peak (``irgrad inspect`` shows it). When IREE
     rejects it and the forward alone too, the error says so: irgrad's pass is not the cause."""
     try:
-        return compile_text(text, options, cache=cache)
+        annotated = passes.annotate_estimates(text)  # for irgrad inspect
+    except passes.IRError:
+        annotated = text  # IREE's compile says what is wrong with it
+    try:
+        return compile_text(annotated, options, cache=cache)
     except runtime.CompileError:
         if text == forward:
             raise
@@ -201,25 +216,28 @@ def compile_blaming(forward: str, text: str, options: runtime.CompileOptions, ca
 
 def adjoints(text: str, func: str | None = None, wrt: str | None = None, *, grad: bool = False, vjp: bool = False,
              with_value: bool = False, jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None,
-             train: str | None = None, lr: float | None = None, prox_mu: float | None = None) -> str:
+             train: str | None = None, lr: float | None = None, prox_mu: float | None = None,
+             max_memory: str | None = None) -> str:
     """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian / @F_train_init and @F_train_step
     added (unchanged when none is asked for). With ``prox_mu`` (FedProx, needs ``train``),
     ``@F_prox`` (``passes.proximal``) is added first and trained instead: its steps take the
     global parameters after F's arguments.
 
-    ``wrt`` and ``loop_checkpoints`` are the command-line texts (``"0,2"``, ``"sqrt"``);
+    ``wrt``, ``loop_checkpoints`` and ``max_memory`` are the command-line texts (``"0,2"``,
+    ``"sqrt"``, ``"64M"``: ``passes.differentiate``'s ``memory_limit``);
     ``with_value``, ``wrt`` and ``loop_checkpoints`` without ``grad``, ``vjp``, ``jvp`` or
     ``train`` are a usage error, and so are an unknown optimizer and ``lr`` without ``train``.
     """
     try:
-        return _adjoints(text, func, wrt, grad, vjp, with_value, jvp, hessian, loop_checkpoints, train, lr, prox_mu)
+        return _adjoints(text, func, wrt, grad, vjp, with_value, jvp, hessian, loop_checkpoints, train, lr, prox_mu,
+                         parse_memory(max_memory))
     except ChoiceError as error:  # a --func or --wrt that names nothing: a bad command line
         raise CLIError(str(error), USAGE) from None
 
 
 def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
               jvp: bool, hessian: bool, loop_checkpoints: str | None, train: str | None, lr: float | None,
-              prox_mu: float | None) -> str:
+              prox_mu: float | None, memory_limit: int | None = None) -> str:
     checkpoints = parse_checkpoints(loop_checkpoints)
     if prox_mu is not None:
         if train is None:
@@ -238,6 +256,8 @@ def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: boo
             raise CLIError(f"bad --train/--lr: {error}", USAGE) from None
     elif lr is not None:
         raise CLIError("--lr needs --train", USAGE)
+    if memory_limit is not None and not (grad or vjp or train):
+        raise CLIError("--max-memory needs --grad, --vjp or --train (it fits their backward pass)", USAGE)
     if not (grad or vjp or jvp or hessian or train):
         if with_value or wrt is not None:
             raise CLIError("--with-value and --wrt need --grad or --vjp", USAGE)
@@ -245,7 +265,8 @@ def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: boo
             raise CLIError("--loop-checkpoints needs --grad or --vjp", USAGE)
         return text
     return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp,
-                                hessian=hessian, loop_checkpoints=checkpoints, train=train, learning_rate=lr)
+                                hessian=hessian, loop_checkpoints=checkpoints, train=train, learning_rate=lr,
+                                memory_limit=memory_limit)
 
 
 def training_needs_wrt(text: str, func: str, source: str) -> str:

@@ -18,13 +18,17 @@ from .rules import (chlo, composites, contractions, control_flow, convolution, e
                     elementwise, indexing, linalg, normalization, reductions, shapes, spectral, windows)
 from .transforms.backprop import AGGREGATIONS, backprop
 from .transforms.batching import MissingBatchingRule
-from .grad import add_adjoints, differentiate, find_function, function_name, proximal, public_functions, vectorize
+from .grad import (add_adjoints, annotate_estimates, differentiate, estimate_peak, find_function, function_name,
+                   proximal, public_functions, vectorize)
+from .memory import Estimate, MemoryLimitError
 from .ir.mlir import IRError, context, parse_module, verify
 from .transforms.registry import (NONDIFFERENTIABLE, RULES, MissingAdjointError, adjoint, composite_adjoint,
                                   nondifferentiable)
 
 __all__ = [
-    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "proximal", "vectorize", "MissingBatchingRule",
+    "AGGREGATIONS", "backprop", "add_adjoints", "differentiate", "estimate_peak", "annotate_estimates", "Estimate",
+    "MemoryLimitError",
+    "proximal", "vectorize", "MissingBatchingRule",
     "find_function", "function_name",
     "public_functions", "IRError", "context", "parse_module", "verify", "NONDIFFERENTIABLE",
     "RULES", "MissingAdjointError", "adjoint", "composite_adjoint", "nondifferentiable",

@@ -21,6 +21,7 @@ canonicalize + cse and verified.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -32,6 +33,7 @@ from .transforms import batching
 from .rules import control_flow
 from . import train as training
 from .rules.control_flow import Checkpoints
+from . import memory
 from .transforms.batching import identity, jacobian_rows
 from .transforms.forward import jvp as forward_jvp
 from .lowering.lapack import rewrite_lapack_calls
@@ -262,7 +264,7 @@ def _hessians(wrt: list[int], name: str):
 def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int | str] | None = None, *,
                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
                  hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
-                 learning_rate: float | None = None) -> list[str]:
+                 learning_rate: float | None = None, memory_limit: int | str | None = None) -> list[str]:
     """Add ``@F_grad`` (and/or ``@F_vjp``, ``@F_jvp``, ``@F_hessian``) for function ``func``
     to ``module`` in place.
 
@@ -275,8 +277,14 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
     and recomputes the iterations between two of them in the reverse pass (see
     ``control_flow``): memory O(k + n/k) instead of O(n), for one more forward run.
 
+    ``memory_limit`` (bytes, or a size such as ``"64M"``): ``@F_grad``, ``@F_vjp`` and
+    ``@F_train_step`` are fitted under it by their estimated peak (``passes.memory``): loops checkpointed, then
+    straight-line forward values recomputed in the backward instead of kept; a limit no plan
+    meets raises ``memory.MemoryLimitError`` with the estimate and the smallest it can meet.
+
     Returns the names of the added functions.
     """
+    limit = None if memory_limit is None else memory.parse_size(memory_limit)
     func_op = find_function(module, func)
     name = function_name(func_op)
     wrt = _check_wrt(func_op, wrt)
@@ -294,7 +302,12 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
                 else:
                     derive = _gradients(wrt, kind == "vjp", new_name, [f"d_{y}" for y in output_names(func_op)])
                 keep = (with_value and kind != "hessian") or kind == "jvp"
-                last = _build(module, last, func_op, new_name, keep, derive)
+                before = last
+                last = _build(module, before, func_op, new_name, keep, derive)
+                if limit is not None and kind in ("grad", "vjp"):
+                    last = _fitted(last, limit, functools.partial(
+                        _build, module, before, func_op, new_name, keep,
+                        _gradients(wrt, kind == "vjp", new_name, [f"d_{y}" for y in output_names(func_op)])))
                 name_results(last, _derived_names(func_op, kind, wrt, keep))
                 added.append(function_name(last))
         if train is not None:
@@ -303,14 +316,34 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
             last = training.add_init(module, last, func_op, f"{name}_train_init", wrt, train)
             name_results(last, state)
             added.append(function_name(last))
-            last = _build(module, last, func_op, f"{name}_train_step", True,
-                          training.step(train, lr, wrt, f"{name}_train_step", state))
+            before = last
+            step = functools.partial(_build, module, before, func_op, f"{name}_train_step", True,
+                                     training.step(train, lr, wrt, f"{name}_train_step", state))
+            last = step()
+            if limit is not None:
+                last = _fitted(last, limit, step)
             last.attributes[training.LAYOUT_KEY] = ir.StringAttr.get(
                 training.layout(train, lr, wrt, [params[i] for i in wrt]))
             name_results(last, training.result_names(func_op, result_names(func_op), [params[i] for i in wrt],
                                                      state))
             added.append(function_name(last))
     return added
+
+
+def _fitted(built: ir.Operation, limit: int, build: Callable[[], ir.Operation]) -> ir.Operation:
+    """``built`` fitted under ``limit`` (``memory.fit``); ``build()`` makes it again, under the
+    loop checkpoints ``memory.fit`` asks for, in place of ``built``."""
+    current = [built]
+
+    def rebuild(checkpoints: Checkpoints) -> ir.Operation:
+        current[0].erase()
+        with control_flow.loop_checkpoints(checkpoints):
+            current[0] = build()
+        return current[0]
+
+    fitted, _ = memory.fit(built, limit, rebuild)
+    verify(fitted, f"@{function_name(fitted)}")
+    return fitted
 
 
 def proximal(text: str | bytes, func: str | None, wrt, mu: float) -> str:
@@ -339,18 +372,41 @@ def proximal(text: str | bytes, func: str | None, wrt, mu: float) -> str:
 def differentiate(text: str | bytes, func: str | None = None, wrt: Sequence[int | str] | None = None, *,
                   grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
                   hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
-                  learning_rate: float | None = None) -> str:
+                  learning_rate: float | None = None, memory_limit: int | str | None = None) -> str:
     """Text in, text out: parse a StableHLO module (text, or bytes in any form
     ``boundary.module_text`` reads) and add its derivative functions (``add_adjoints``).
     ``wrt`` holds argument indices or the names their producer gave them."""
     control_flow.check_checkpoints(loop_checkpoints)
+    if memory_limit is not None:
+        memory.parse_size(memory_limit)
     if train is not None:
         training.check(train, learning_rate)
     module = parse_module(text)
     verify(module, "input module")
     rewrite_lapack_calls(module)  # JAX's CPU cholesky / triangular_solve, as the StableHLO ops
     add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian,
-                 loop_checkpoints=loop_checkpoints, train=train, learning_rate=learning_rate)
+                 loop_checkpoints=loop_checkpoints, train=train, learning_rate=learning_rate,
+                 memory_limit=memory_limit)
+    return module.operation.get_asm(enable_debug_info=True)
+
+
+def estimate_peak(text: str | bytes, func: str | None = None) -> memory.Estimate:
+    """The estimated peak memory of function ``func`` of a StableHLO module (text or bytes;
+    the only public function when None): ``memory.Estimate``, whose ``line()`` says it in one line."""
+    module = parse_module(text)
+    verify(module, "input module")
+    with module.context:
+        return memory.estimate(find_function(module, func))
+
+
+def annotate_estimates(text: str | bytes) -> str:
+    """Text in, text out: every public function annotated with its estimated peak
+    (``memory.annotate``), which ``runtime.compile`` keeps in the artifact for ``irgrad inspect``."""
+    module = parse_module(text)
+    verify(module, "input module")
+    with module.context:
+        for func_op in public_functions(module):
+            memory.annotate(func_op)
     return module.operation.get_asm(enable_debug_info=True)
 
 

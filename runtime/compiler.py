@@ -33,7 +33,7 @@ from typing import Any
 
 from . import cache as _disk
 from .artifact import Artifact, atomic_write
-from .vmfb import ARTIFACT_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, UNUSED_KEY, read_metadata, seal
+from .vmfb import ARTIFACT_KEY, PEAK_KEY, SCHEMA, SIGNATURE_KEY, TRAIN_KEY, UNUSED_KEY, read_metadata, seal
 from .errors import ArtifactError, CompileError
 from .options import CompileOptions, Target, format_bytes
 from ..boundary import mlir_bindings, module_text, parse, respell_foreign, save_failed_ir, struct_fields
@@ -244,6 +244,7 @@ def _annotate(
     functions: dict[str, Any] = {}
     training: dict[str, Any] = {}
     unused: dict[str, list[int]] = {}
+    peaks: dict[str, Any] = {}
     with ir.Context() as context:
         module = parse(mlir_text, context)
         info["work"] = estimate_work(module.operation)
@@ -268,6 +269,9 @@ def _annotate(
             if never_read:
                 entries[UNUSED_KEY] = ir.StringAttr.get(json.dumps(never_read))
                 unused[signature.name] = never_read
+            if PEAK_KEY in func.attributes:  # irgrad's estimate (passes.memory), carried as it is
+                entries[PEAK_KEY] = func.attributes[PEAK_KEY]
+                peaks[signature.name] = json.loads(ir.StringAttr(func.attributes[PEAK_KEY]).value)
             func.attributes["iree.reflection"] = ir.DictAttr.get(entries)
         if not functions:
             raise CompileError("the module has no public function to compile")
@@ -275,7 +279,8 @@ def _annotate(
         name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else "module"
         # Debug info keeps every location of the original text ("-":line:col).
         text = module.operation.get_asm(enable_debug_info=True)
-    metadata = {**info, "module": name, "functions": functions, "training": training, "unused": unused}
+    metadata = {**info, "module": name, "functions": functions, "training": training, "unused": unused,
+                "estimated_peak": peaks}
     return text, metadata
 
 

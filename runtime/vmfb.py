@@ -30,6 +30,7 @@ SIGNATURE_KEY = "irgrad.signature"
 ARTIFACT_KEY = "irgrad.artifact"
 TRAIN_KEY = "irgrad.train"  # a training step's state layout (passes.train), on its function
 UNUSED_KEY = "irgrad.unused"  # the arguments a function never reads (a call passes a placeholder)
+PEAK_KEY = "irgrad.estimated_peak"  # passes.memory's estimate of a function's peak (JSON), where irgrad made one
 SIDECAR_SUFFIX = ".json"
 
 # Executable format name -> compile target, for artifacts without metadata.
@@ -160,6 +161,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
     functions: dict[str, Any] = {}
     training: dict[str, Any] = {}
     unused: dict[str, list[int]] = {}
+    peaks: dict[str, Any] = {}
     embedded: dict[str, Any] | None = None
     for fn in exported_functions(module):
         reflection = fn.reflection
@@ -177,6 +179,8 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
             training[fn.name] = json.loads(reflection[TRAIN_KEY])
         if UNUSED_KEY in reflection:
             unused[fn.name] = json.loads(reflection[UNUSED_KEY])
+        if PEAK_KEY in reflection:
+            peaks[fn.name] = json.loads(reflection[PEAK_KEY])
     info = embedded or sidecar or {}
     return {
         "schema": info.get("schema", SCHEMA),
@@ -191,6 +195,7 @@ def read_metadata(data: bytes, sidecar: dict[str, Any] | None = None, *, module:
         "functions": functions,
         "training": training,
         "unused": unused,
+        "estimated_peak": peaks,
     }
 
 

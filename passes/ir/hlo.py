@@ -273,6 +273,11 @@ def unary(name: str, x: Value) -> Value:
     return _create(name, [x.type], [x]).result
 
 
+def is_finite(x: Value) -> Value:
+    """``stablehlo.is_finite``: i1, false where ``x`` is inf or NaN."""
+    return _create("stablehlo.is_finite", [tensor_type(shape(x), ir.IntegerType.get_signless(1))], [x]).result
+
+
 def binary(name: str, a: Value, b: Value) -> Value:
     """An elementwise op on two operands of the same type (add, multiply...)."""
     return _create(name, [a.type], [a, b]).result

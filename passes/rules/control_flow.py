@@ -727,6 +727,11 @@ def loop_checkpoints(k: Checkpoints) -> Iterator[None]:
         _CHECKPOINTS.reset(token)
 
 
+def checkpoints_in_force() -> Checkpoints:
+    """The ``loop_checkpoints`` in force (``loop_checkpoints``' context; None outside one)."""
+    return _CHECKPOINTS.get()
+
+
 def _segment_length(n: Count, k: int | str) -> Count:
     """Iterations per segment for ``k`` snapshots of ``n`` iterations: ``ceil(n / k)``, or
     ``ceil(√n)`` for ``"sqrt"`` (at least 1)."""

@@ -1,0 +1,584 @@
+"""A function's peak memory, estimated from its StableHLO, and the rematerialization that
+fits a gradient under a memory limit (``passes.differentiate(..., memory_limit=...)``).
+
+The estimate is liveness in program order, over the function as IREE is given it (after
+``lowering.legalize``: a convolution's patches are values of their own): the arguments (the
+caller holds them for the whole call), then each op's results from the op that makes them to
+their last use (a use inside a region counts at the op that holds the region); at each op, the
+live values, its results and the peak of its regions. A ``while`` body holds its carries once
+more (IREE gives an iteration's carries buffers of their own: measured, the scan benchmark's
+√n-checkpointed gradient, loops in loops, peaks at 664 MiB against 185 without). An update
+that writes into a value dying at it (``dynamic_update_slice``, ``scatter``: a tape's row)
+makes no new buffer. Constants count nothing: IREE folds splats into the kernels and keeps
+dense ones in the artifact's read-only data. A dimension known only at run time counts as 1
+(``Estimate.dynamic``: the figure is then a lower bound). In a gradient ``@F_grad`` the
+*tape* is the forward values its backward reads: those live where the backward starts (its
+first op named ``F_grad/...``, as ``transforms.backprop`` names them). What the estimate does
+not see: IREE's own buffers (a kernel's workspace, an execution region's allocations).
+
+Fitting (``fit``) tries, in order: the loops checkpointed (where that lowers the estimate);
+the backward's reductions of large values hoisted next to those values (``hoist_reductions``,
+nothing recomputed); then rematerialization.
+
+Rematerialization rewrites a built gradient: the forward ops are split into segments, only
+the values a segment hands to a later one (its checkpoints) stay live into the backward,
+and the other values the backward reads are computed again, segment by segment, just before
+the first backward op that reads them, from the checkpoints and the arguments. Each input of a
+recomputation gets a zero added, ``c`` a scalar of the cotangent the backward has reached
+there (``_tied``: ``-0 · is_finite(c)``), so that neither CSE nor IREE merges the copy back
+into the forward or runs it early. Not a ``stablehlo.optimization_barrier``: IREE splits its execution regions at each
+barrier (each region then gets allocations of its own), and the measured peak grew instead
+(a 16384×128 8-layer tanh MLP's gradient, measured as ``benchmarks/bench_memory.py`` does:
+92 MiB kept, 124 MiB recomputed behind barriers, 61 MiB with this tie).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .ir import hlo
+from .ir.regions import nested_ops
+from .lowering.legalize import legalize_text
+from .rules.control_flow import checkpoints_in_force
+from .transforms.backprop import captured_values
+from .ir.mlir import elem, ir, is_float, loc_name, parse_module, run_pipeline, shape
+
+UNITS = {"": 1, "B": 1, "K": 2 ** 10, "KB": 2 ** 10, "KIB": 2 ** 10, "M": 2 ** 20, "MB": 2 ** 20, "MIB": 2 ** 20,
+         "G": 2 ** 30, "GB": 2 ** 30, "GIB": 2 ** 30}
+# Ops whose results are not recomputed but kept: loops and branches (running them again costs
+# as much as the forward), and the ops a barrier guards already.
+_KEPT_OPS = {"stablehlo.while", "stablehlo.case", "stablehlo.if", "stablehlo.optimization_barrier",
+             "stablehlo.custom_call", "stablehlo.rng", "stablehlo.rng_bit_generator", "func.call"}
+
+
+class MemoryLimitError(ValueError):
+    """``memory_limit`` is below the smallest peak rematerialization reaches; the message (one
+    line) gives the estimate and the smallest limit that can be met."""
+
+    def __init__(self, message: str, estimate: int, smallest: int):
+        super().__init__(message)
+        self.estimate, self.smallest = estimate, smallest
+
+
+def parse_size(text: str | int) -> int:
+    """``"64M"``, ``"1.5G"``, ``"4096"`` or an int: a number of bytes (K, M, G are powers of 1024);
+    ValueError otherwise."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        size = text
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+        unit = match.group(2).upper() if match else None
+        if match is None or unit not in UNITS:
+            raise ValueError(f"bad memory size {text!r}: expected a number of bytes with an optional unit, "
+                             "e.g. 64M, 1.5G, 512K")
+        size = int(float(match.group(1)) * UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"bad memory size {text!r}: must be positive")
+    return size
+
+
+def human(size: int, up: bool = False) -> str:
+    """``size`` bytes as ``"64.0 MiB"`` (``up``: rounded up, for a bound that must hold)."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if size >= scale:
+            return f"{math.ceil(size * 10 / scale) / 10 if up else size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The estimated peak of one function, in bytes: ``peak``, what the call allocates at
+    its peak over its ``arguments`` (which the caller holds: ``peak + arguments`` in all, and
+    what ``memory_limit`` bounds is ``peak``); ``results``; ``tape`` (a gradient: the forward
+    values its backward reads; 0 otherwise);
+    ``largest`` (the largest single value, ``largest_op`` the op making it) and ``at``, the op
+    where the peak is reached; ``loops``: the largest state a ``while`` carries (its taped
+    iterations included). ``dynamic``: a run-time dimension counted as 1 (a lower bound)."""
+    function: str
+    peak: int
+    arguments: int
+    results: int
+    tape: int
+    largest: int
+    largest_op: str
+    at: str
+    loops: int
+    dynamic: bool
+
+    def line(self) -> str:
+        """One line: ``@f_grad: peak ~ 12.0 MiB (arguments 1.0 MiB, tape 8.0 MiB, largest ...)``."""
+        parts = [f"results {human(self.results)}"]
+        if self.tape:
+            parts.append(f"tape {human(self.tape)}")
+        if self.loops:
+            parts.append(f"loop state {human(self.loops)}")
+        parts.append(f"largest value {human(self.largest)} ({self.largest_op})")
+        bound = " at least" if self.dynamic else ""
+        return (f"@{self.function}: estimated peak{bound} {human(self.peak)} over its arguments' "
+                f"{human(self.arguments)} ({', '.join(parts)}; peak at {self.at})")
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _nbytes(t: ir.Type) -> tuple[int, bool]:
+    """Bytes of a value of type ``t`` (tensors only; tokens and tuples: 0), and whether a
+    dimension is dynamic (counted as 1)."""
+    t = t.maybe_downcast()
+    if not isinstance(t, ir.RankedTensorType):
+        return 0, False
+    dims = list(t.shape)
+    dynamic = any(d == hlo.DYNAMIC for d in dims)
+    n = math.prod(1 if d == hlo.DYNAMIC else d for d in dims)
+    e = elem(t).maybe_downcast()
+    scale = 1
+    if isinstance(e, ir.ComplexType):
+        e, scale = e.element_type.maybe_downcast(), 2
+    width = getattr(e, "width", 32)
+    return n * scale * max(1, -(-width // 8)), dynamic
+
+
+def _where(op: ir.Operation) -> str:
+    name = loc_name(op)
+    short = op.name.split(".", 1)[-1]
+    return f"{short} {name}" if name and name != short else short
+
+
+def _inputs(op: ir.Operation) -> list[ir.Value]:
+    """``op``'s operands and the values its regions read from outside it."""
+    values = list(op.operands)
+    if len(op.regions):
+        values += captured_values(op)
+    return values
+
+
+# Ops IREE runs in place when the value they update dies at them.
+_IN_PLACE = {"stablehlo.dynamic_update_slice", "stablehlo.scatter"}
+
+
+class _Liveness:
+    def __init__(self) -> None:
+        self.largest, self.largest_op, self.loops, self.dynamic = 0, "-", 0, False
+
+    def size(self, v: ir.Value) -> int:
+        n, dyn = _nbytes(v.type)
+        self.dynamic |= dyn
+        return n
+
+    def block(self, block: ir.Block, held: int, boundary: ir.Operation | None = None
+              ) -> tuple[int, str, int]:
+        """Peak bytes of running ``block`` with ``held`` bytes live throughout (its arguments,
+        counted by the caller), the op at the peak, and the bytes live where ``boundary`` starts."""
+        ops = [o.operation for o in block.operations]
+        last: dict[ir.Value, int] = {}
+        for i, op in enumerate(ops):
+            for v in _inputs(op):
+                last[v] = i
+        live, peak, at, at_boundary = held, held, "-", 0
+        dying: dict[int, list[ir.Value]] = {}
+        counted: dict[ir.Value, int] = {}  # the bytes each live value added (0: it took over a buffer)
+        for i, op in enumerate(ops):
+            if boundary is not None and op == boundary:
+                at_boundary = live - held
+            inner = 0
+            for k, region in enumerate(op.regions):
+                for b in region.blocks:
+                    # A loop's body gets its carries as buffers of their own (IREE copies the
+                    # carried values each iteration), the size of the carries once more.
+                    copied = sum(self.size(a) for a in b.arguments) if op.name == "stablehlo.while" and k == 1 else 0
+                    inner = max(inner, self.block(b, copied)[0])
+            if op.name == "stablehlo.while":
+                self.loops = max(self.loops, sum(self.size(r) for r in op.results))
+            sizes = [0 if op.name == "stablehlo.constant" else self.size(r) for r in op.results]
+            for n in sizes:
+                if n > self.largest:
+                    self.largest, self.largest_op = n, _where(op)
+            if op.name in _IN_PLACE and last.get(op.operands[0]) == i:
+                # The update writes into the buffer of the value it updates, which dies here (a
+                # tape's row stored into its stack): no new buffer.
+                sizes[0] = 0
+                if op.operands[0] in counted:
+                    counted[op.results[0]] = counted.pop(op.operands[0])
+                    dying[i].remove(op.operands[0])
+            made = sum(sizes)
+            if live + made + inner > peak:
+                peak, at = live + made + inner, _where(op)
+            live += made
+            for r, n in zip(op.results, sizes):
+                if op.name != "stablehlo.constant":
+                    counted[r] = counted.get(r, 0) + n
+                    dying.setdefault(last.get(r, i), []).append(r)
+            for v in dying.pop(i, []):
+                live -= counted.pop(v, 0)
+        return peak, at, at_boundary
+
+
+ANNOTATION = "irgrad.estimated_peak"  # runtime.vmfb.PEAK_KEY: the artifact carries it to irgrad inspect
+
+
+def annotate(func_op: ir.Operation) -> Estimate:
+    """Estimate ``func_op`` and record it on the op (``irgrad.estimated_peak``, JSON: ``peak``,
+    ``arguments``, ``results``, ``tape``, ``loops``, ``dynamic``), where ``irgrad inspect`` reads it."""
+    found = estimate(func_op)
+    keep = ("peak", "arguments", "results", "tape", "loops", "dynamic")
+    with func_op.context:
+        func_op.attributes[ANNOTATION] = ir.StringAttr.get(json.dumps({k: getattr(found, k) for k in keep}))
+    return found
+
+
+def _has_calls(func_op: ir.Operation) -> bool:
+    return any(op.name == "func.call" for op in nested_ops(func_op))
+
+
+def backward_start(func_op: ir.Operation) -> ir.Operation | None:
+    """The first op of a gradient's backward: the first non-constant op named ``<function>/...``
+    (``backprop``'s locations), None in a function without one."""
+    prefix = ir.StringAttr(func_op.attributes["sym_name"]).value + "/"
+    for op in func_op.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name != "stablehlo.constant" and (loc_name(op) or "").startswith(prefix):
+            return op
+    return None
+
+
+def estimate(func_op: ir.Operation, compiled: bool = True) -> Estimate:
+    """The estimated peak of the ``func.func`` op ``func_op`` (see the module docstring): as
+    IREE is given it (``compiled``: after ``lowering.legalize``, whose rewrites, such as a
+    convolution's patches, make values of their own), or as it stands."""
+    if compiled and not _has_calls(func_op):
+        text = "module {\n" + func_op.get_asm(enable_debug_info=True) + "\n}"
+        legal = legalize_text(text)
+        if legal != text:
+            module = parse_module(legal)
+            with module.context:
+                return estimate(next(op.operation for op in module.body.operations
+                                     if op.operation.name == "func.func"), compiled=False)
+    block = func_op.regions[0].blocks[0]
+    live = _Liveness()
+    arguments = sum(live.size(a) for a in block.arguments)
+    ret = list(block.operations)[-1].operation
+    results = sum(live.size(v) for v in ret.operands)
+    boundary = backward_start(func_op)
+    peak, at, tape = live.block(block, arguments, boundary)
+    return Estimate(ir.StringAttr(func_op.attributes["sym_name"]).value, peak - arguments, arguments, results, tape,
+                    live.largest, live.largest_op, at, live.loops, live.dynamic)
+
+
+# ----- rematerialization ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """How a gradient was fitted: ``segments`` straight-line segments recomputed (0: none),
+    the ``recomputed`` work (``work``), the loops' ``loop_checkpoints``, the estimate reached."""
+    segments: int
+    recomputed: int
+    loop_checkpoints: object
+    estimate: Estimate
+
+
+def _forward_backward(func_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operation]]:
+    ops = [o.operation for o in func_op.regions[0].blocks[0].operations][:-1]
+    start = backward_start(func_op)
+    if start is None:
+        return ops, []
+    k = ops.index(start)
+    return ops[:k], ops[k:]
+
+
+def _users(ops: Sequence[ir.Operation]) -> dict[ir.Value, list[ir.Operation]]:
+    users: dict[ir.Value, list[ir.Operation]] = {}
+    for op in ops:
+        for v in _inputs(op):
+            users.setdefault(v, []).append(op)
+    return users
+
+
+def segment_ops(forward: Sequence[ir.Operation], segments: int) -> list[list[ir.Operation]]:
+    """The forward's non-constant ops in ``segments`` consecutive groups of about equal
+    output bytes (a segment never splits an op)."""
+    ops = [op for op in forward if op.name != "stablehlo.constant"]
+    sizes = [sum(_nbytes(r.type)[0] for r in op.results) for op in ops]
+    total = sum(sizes) or 1
+    groups: list[list[ir.Operation]] = [[]]
+    done = 0
+    for op, n in zip(ops, sizes):
+        if groups[-1] and done >= total * len(groups) / segments and len(groups) < segments:
+            groups.append([])
+        groups[-1].append(op)
+        done += n
+    return groups
+
+
+# Multiply-adds per unit of work: what one element an elementwise op makes costs (runtime's
+# ``estimate_work`` weighs them so: measured on IREE's CPU kernels).
+_MACS_PER_UNIT = 32
+_CONV_KERNEL = re.compile(r"\]x\[([^\]]*)\]")
+
+
+def work(op: ir.Operation) -> int:
+    """What running ``op`` again costs: the elements it makes, plus its multiply-adds (a
+    contraction's, a convolution's) / ``_MACS_PER_UNIT``."""
+    elements = sum(math.prod(max(1, d) for d in shape(r)) for r in op.results
+                   if isinstance(r.type.maybe_downcast(), ir.RankedTensorType))
+    macs = 0
+    if op.name in ("stablehlo.dot_general", "stablehlo.dot"):
+        lhs = shape(op.operands[0])
+        macs = math.prod(max(1, lhs[d]) for d in hlo.dot_dimensions(op).lhs_contract)
+    elif op.name == "stablehlo.convolution":
+        rhs = [max(1, d) for d in shape(op.operands[1])]
+        layout = _CONV_KERNEL.search(str(op.attributes["dimension_numbers"])) \
+            if "dimension_numbers" in op.attributes else None
+        kernel = [c.strip() for c in layout.group(1).split(",")] if layout else []
+        macs = math.prod(rhs) // (rhs[kernel.index("o")] if "o" in kernel else 1)
+    return elements + elements * macs // _MACS_PER_UNIT
+
+
+def rematerialize(func_op: ir.Operation, segments: int) -> int:
+    """Rewrite the gradient ``func_op`` in place to keep only its segments' checkpoints (see the
+    module docstring) with the forward split in ``segments``; returns the work it recomputes
+    (``work``; 0: nothing to recompute, the function is unchanged)."""
+    forward, backward = _forward_backward(func_op)
+    if not backward or segments < 2:
+        return 0
+    block = func_op.regions[0].blocks[0]
+    ret = list(block.operations)[-1].operation
+    groups = segment_ops(forward, segments)
+    where = {op: k for k, group in enumerate(groups) for op in group}
+    fwd_users = _users(forward)
+    bwd_users = _users([*backward, ret])
+    returned = set(ret.operands)
+    recomputed = 0
+    for k, group in enumerate(groups):
+        # The values of this segment the backward reads and that need not stay: not read by
+        # a later segment (a checkpoint), not returned, not made by a kept op.
+        wanted = [r for op in group if op.name not in _KEPT_OPS for r in op.results
+                  if r in bwd_users and r not in returned
+                  and not any(where.get(u, -1) > k for u in fwd_users.get(r, ()))]
+        if not wanted:
+            continue
+        first = min((u for r in wanted for u in bwd_users[r] if u is not ret),
+                    key=backward.index, default=None)
+        if first is None:
+            continue
+        needed = _closure(wanted, set(group))
+        copies = _recompute(first, [op for op in group if op in needed], backward)
+        for r in wanted:
+            copy = copies[r]
+            for use in list(r.uses):
+                if use.owner.operation in bwd_users[r] and use.owner.operation is not ret:
+                    use.owner.operation.operands[use.operand_number] = copy
+            # uses nested in a backward op's regions
+            for u in bwd_users[r]:
+                if u is not ret and len(u.regions):
+                    _replace_inside(u, r, copy)
+        recomputed += sum(work(op) for op in needed)
+    return recomputed
+
+
+def _closure(values: Sequence[ir.Value], inside: set[ir.Operation]) -> set[ir.Operation]:
+    """The ops of ``inside`` that ``values`` are computed from (a kept op's results are read
+    as they are)."""
+    needed: set[ir.Operation] = set()
+    stack = [v.owner.operation for v in values if isinstance(v, ir.OpResult)]
+    while stack:
+        op = stack.pop()
+        if op in needed or op not in inside or op.name in _KEPT_OPS:
+            continue
+        needed.add(op)
+        stack.extend(v.owner.operation for v in _inputs(op) if isinstance(v, ir.OpResult))
+    return needed
+
+
+def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation]
+               ) -> dict[ir.Value, ir.Value]:
+    """Copies of ``ops`` (in order) placed before ``first``, their outside inputs tied to the
+    cotangent ``first`` reads (``_tied``): each original result -> its copy."""
+    made = {r for op in ops for r in op.results}
+    outside: list[ir.Value] = []
+    for op in ops:
+        for v in op.operands:
+            if v not in made and v not in outside:
+                outside.append(v)
+    bwd = set(backward)
+    anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
+                   and is_float(v) and hlo.is_static(v)), None)
+    with ir.InsertionPoint(first), first.location:
+        guarded = _tied(outside, anchor)
+    mapping = dict(zip(outside, guarded))
+    copies: dict[ir.Value, ir.Value] = {}
+    for op in ops:
+        clone = op.clone(ir.InsertionPoint(first))
+        for k, v in enumerate(clone.operands):
+            if v in mapping:
+                clone.operands[k] = mapping[v]
+        for v in _inputs(clone)[len(clone.operands):]:  # values its regions capture
+            if v in mapping:
+                _replace_inside(clone, v, mapping[v])
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+            copies[old] = new
+    return copies
+
+
+def _tied(values: Sequence[ir.Value], anchor: ir.Value | None) -> list[ir.Value]:
+    """``values`` plus a zero read from ``anchor``: ``-0 · is_finite(anchor[0...])``, which no
+    folder removes and which is -0 whatever the cotangent holds (inf and NaN included), so that
+    ``v + z`` is ``v`` to the bit. New values CSE cannot merge, computed after ``anchor``, in
+    the same IREE execution region (a barrier would split it; see the module docstring)."""
+    if anchor is None:
+        return list(values)
+    rank = len(shape(anchor))
+    first = hlo.reshape(hlo.slice(anchor, [0] * rank, [1] * rank, [1] * rank), [])
+    zeros: dict[ir.Type, ir.Value] = {}
+    out = []
+    for v in values:
+        t = v.type.maybe_downcast()
+        if not (isinstance(t, ir.RankedTensorType) and isinstance(elem(v).maybe_downcast(), ir.FloatType)) \
+                or not hlo.is_static(v):
+            out.append(v)
+            continue
+        if elem(v) not in zeros:
+            finite = hlo.convert(hlo.is_finite(first), elem(v))
+            zeros[elem(v)] = hlo.multiply(finite, hlo.like(-0.0, finite))
+        out.append(hlo.add(v, hlo.broadcast_in_dim(zeros[elem(v)], list(t.shape), [])))
+    return out
+
+
+def _replace_inside(op: ir.Operation, old: ir.Value, new: ir.Value) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                for k, v in enumerate(inner.operands):
+                    if v == old:
+                        inner.operands[k] = new
+                _replace_inside(inner, old, new)
+
+
+def cleanup(func_op: ir.Operation) -> None:
+    run_pipeline(func_op, "func.func(canonicalize,cse)")
+
+
+def candidate_segments(func_op: ir.Operation) -> list[int]:
+    """The segment counts worth trying, √n first (n: the forward's non-constant ops), then the
+    others that split it in fewer or more pieces."""
+    forward, _ = _forward_backward(func_op)
+    n = sum(op.name != "stablehlo.constant" for op in forward)
+    if n < 2:
+        return []
+    root = max(2, math.isqrt(n - 1) + 1)
+    out = [root]
+    for s in (2, 3, 4, root // 2, 2 * root, 3 * root, n // 2, n):
+        if 2 <= s <= n and s not in out:
+            out.append(s)
+    return out
+
+
+def hoist_reductions(func_op: ir.Operation) -> int:
+    """Move each backward op that is the last reader of values larger than its results (a bias's
+    gradient: the sum of a cotangent over the batch) to just after its inputs' definitions, so
+    that those values die there instead of living until the walk reaches the op (``backprop``
+    visits a bias's broadcast, hoisted to the top of the forward by JAX, last). An op that
+    reads forward values only moves into the forward (a batch norm's sums): the values it
+    reduces need not be kept for it. Nothing is recomputed; returns the number of ops moved.
+    (The forward and the backward then overlap: ``rematerialize`` comes first.)"""
+    forward, backward = _forward_backward(func_op)
+    if not backward:
+        return 0
+    block = func_op.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    position = {op: i for i, op in enumerate(ops)}
+    last: dict[ir.Value, int] = {}
+    for i, op in enumerate(ops):
+        for v in _inputs(op):
+            last[v] = i
+    moved = 0
+    for op in backward:
+        here = position[op]
+        inputs = _inputs(op)
+        owners = [v.owner.operation for v in inputs if isinstance(v, ir.OpResult) and v.owner.operation in position]
+        if not owners or op.name in _KEPT_OPS:
+            continue
+        freed = sum(_nbytes(v.type)[0] for v in set(inputs) if last.get(v) == here
+                    and isinstance(v, ir.OpResult) and v.owner.name != "stablehlo.constant")
+        if freed <= sum(_nbytes(r.type)[0] for r in op.results):
+            continue
+        after = max(owners, key=position.__getitem__)
+        if position[after] + 1 >= here:
+            continue
+        op.move_after(after)
+        moved += 1
+        ops = [o.operation for o in block.operations]
+        position = {o: i for i, o in enumerate(ops)}
+        last = {}
+        for i, o in enumerate(ops):
+            for v in _inputs(o):
+                last[v] = i
+    return moved
+
+
+def _has_loops(func_op: ir.Operation) -> bool:
+    return any(op.name == "stablehlo.while" for op in nested_ops(func_op))
+
+
+def _trial(func_op: ir.Operation, segments: int) -> tuple[int, int]:
+    """(estimated peak, work recomputed) of ``func_op`` rematerialized in ``segments`` (0: not)
+    and its reductions hoisted, on a copy."""
+    copy = func_op.clone(ir.InsertionPoint(func_op))
+    try:
+        recomputed = rematerialize(copy, segments) if segments else 0
+        if recomputed:
+            cleanup(copy)
+        hoist_reductions(copy)
+        return estimate(copy).peak, recomputed
+    finally:
+        copy.erase()
+
+
+def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, Plan]:
+    """Fit the gradient ``func_op`` under ``limit`` bytes (estimated): as it is if it fits; else
+    with its loops checkpointed (``rebuild(checkpoints)`` builds it again that way, replacing
+    ``func_op``; it returns the new op), else with its reductions hoisted (``hoist_reductions``:
+    free), else rematerialized: of the segmentations tried (√n segments, fewer, more), the one
+    that fits recomputing the least work (``work``: a contraction weighs its multiply-adds, so
+    cheap ops are recomputed first). Raises MemoryLimitError when no plan fits."""
+    first = estimate(func_op)
+    if first.peak <= limit:
+        return func_op, Plan(0, 0, None, first)
+    checkpoints = given = checkpoints_in_force()
+    if rebuild is not None and given != "sqrt" and _has_loops(func_op):
+        func_op = rebuild("sqrt")
+        looped = estimate(func_op)
+        if looped.peak <= limit:
+            return func_op, Plan(0, 0, "sqrt", looped)
+        if looped.peak < first.peak:
+            checkpoints = "sqrt"
+        else:  # checkpoints save nothing here (a short loop, an unrolled one): as it was
+            func_op = rebuild(given)
+    hoisted, _ = _trial(func_op, 0)
+    if hoisted <= limit:
+        hoist_reductions(func_op)
+        return func_op, Plan(0, 0, checkpoints, estimate(func_op))
+    trials = {s: _trial(func_op, s) for s in candidate_segments(func_op)}
+    fitting = [(recomputed, peak, s) for s, (peak, recomputed) in trials.items() if recomputed and peak <= limit]
+    if not fitting:
+        smallest = min([first.peak, estimate(func_op).peak, hoisted, *(peak for peak, _ in trials.values())])
+        raise MemoryLimitError(
+            f"memory limit {human(limit)} cannot be met by @{first.function}: its estimated peak is "
+            f"{human(first.peak)}, " + (f"and rematerialization brings it down to {human(smallest, up=True)} at the "
+                                        "least (the smallest limit it can meet)" if smallest < first.peak else
+                                        "which neither checkpointing nor recomputation lowers (the smallest limit "
+                                        "it can meet)"), first.peak, smallest)
+    _, _, segments = min(fitting)
+    recomputed = rematerialize(func_op, segments)
+    cleanup(func_op)
+    hoist_reductions(func_op)
+    return func_op, Plan(segments, recomputed, checkpoints, estimate(func_op))
+
+
+__all__ = ["fit", "annotate", "hoist_reductions", "ANNOTATION",
+           "Estimate", "MemoryLimitError", "Plan", "estimate", "rematerialize", "parse_size", "human",
+           "backward_start", "candidate_segments", "segment_ops"]

@@ -1,0 +1,291 @@
+"""The peak-memory estimate (``passes.estimate_peak``) and the memory limit that rematerializes a
+gradient to fit (``memory_limit=``, ``--max-memory``; issue 43). The tests check the estimate's
+structure and that a limit changes the plan; memory itself is measured by
+``benchmarks/bench_memory_limit.py``, not asserted here."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import irgrad as ig
+from irgrad import passes
+from irgrad.cli import app
+from irgrad.passes import memory
+from irgrad.passes.lowering import choices
+
+from gradcheck import check_module
+
+LAYERS, BATCH, WIDTH = 8, 64, 16
+ACTIVATION = BATCH * WIDTH * 8  # bytes of one f64 BATCH x WIDTH value (f64: gradcheck's precision)
+
+
+def mlp(layers: int = LAYERS, bias: bool = False) -> str:
+    """``sum(tanh(... tanh(x @ w0 [+ b0]) ... @ w{n-1} [+ b{n-1}]))``: a chain whose gradient keeps
+    every activation; ``bias``: each bias broadcast at the top of the function, as JAX exports it."""
+    act, wt, vec = f"tensor<{BATCH}x{WIDTH}xf64>", f"tensor<{WIDTH}x{WIDTH}xf64>", f"tensor<{WIDTH}xf64>"
+    args = ", ".join(f"%w{i}: {wt}" + (f", %b{i}: {vec}" if bias else "") for i in range(layers))
+    lines = [f"func.func @mlp(%x: {act}, {args}) -> tensor<f64> {{"]
+    if bias:
+        lines += [f"  %B{i} = stablehlo.broadcast_in_dim %b{i}, dims = [1] : ({vec}) -> {act}" for i in range(layers)]
+    prev = "%x"
+    for i in range(layers):
+        lines.append(f"  %d{i} = stablehlo.dot_general {prev}, %w{i}, contracting_dims = [1] x [0] : "
+                     f"({act}, {wt}) -> {act}")
+        if bias:
+            lines.append(f"  %e{i} = stablehlo.add %d{i}, %B{i} : {act}")
+        lines.append(f"  %h{i} = stablehlo.tanh %{'e' if bias else 'd'}{i} : {act}")
+        prev = f"%h{i}"
+    lines += ["  %c = stablehlo.constant dense<0.0> : tensor<f64>",
+              f"  %s = stablehlo.reduce({prev} init: %c) applies stablehlo.add across dimensions = [0, 1] : "
+              f"({act}, tensor<f64>) -> tensor<f64>",
+              "  return %s : tensor<f64>", "}"]
+    return "\n".join(lines) + "\n"
+
+
+LOOP = """
+func.func @scan(%x: tensor<64x16xf64>, %w: tensor<16x16xf64>) -> tensor<f64> {
+  %i0 = stablehlo.constant dense<0> : tensor<i32>
+  %n = stablehlo.constant dense<48> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %i0, %v = %x) : tensor<i32>, tensor<64x16xf64>
+    cond {
+      %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %d = stablehlo.dot_general %v, %w, contracting_dims = [1] x [0] : (tensor<64x16xf64>, tensor<16x16xf64>) -> tensor<64x16xf64>
+      %t = stablehlo.tanh %d : tensor<64x16xf64>
+      %j = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %j, %t : tensor<i32>, tensor<64x16xf64>
+    }
+  %c = stablehlo.constant dense<0.0> : tensor<f64>
+  %s = stablehlo.reduce(%r#1 init: %c) applies stablehlo.add across dimensions = [0, 1] : (tensor<64x16xf64>, tensor<f64>) -> tensor<f64>
+  return %s : tensor<f64>
+}
+"""
+
+
+def _args(layers: int = LAYERS, bias: bool = False) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BATCH, WIDTH))
+    weights = [[rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH), *([rng.standard_normal(WIDTH)] if bias else [])]
+               for _ in range(layers)]
+    return [x, *[a for layer in weights for a in layer]]
+
+
+@pytest.fixture(scope="module")
+def free() -> tuple[str, memory.Estimate]:
+    text = passes.differentiate(mlp())
+    return text, passes.estimate_peak(text, "mlp_grad")
+
+
+def test_estimate_structure(free):
+    text, grad = free
+    forward = passes.estimate_peak(text, "mlp")
+    weights = LAYERS * WIDTH * WIDTH * 8
+    assert forward.arguments == grad.arguments == ACTIVATION + weights
+    assert forward.tape == 0 and forward.results == 8  # one f64 scalar
+    assert grad.results == ACTIVATION + weights  # d_x and every d_w
+    # The backward reads every layer's tanh output (tanh's adjoint, the next layer's d_w): the tape.
+    assert grad.tape == LAYERS * ACTIVATION
+    assert grad.peak >= grad.tape and grad.peak > forward.peak and grad.largest == ACTIVATION
+    assert not grad.dynamic and grad.loops == 0
+    line = grad.line()
+    assert line.startswith("@mlp_grad: estimated peak ") and "tape 64.0 KiB" in line and "\n" not in line
+    assert set(grad.as_dict()) >= {"peak", "arguments", "results", "tape", "largest", "at", "loops"}
+
+
+def test_no_limit_needed_leaves_the_gradient_as_it_is(free):
+    text, grad = free
+    assert passes.differentiate(mlp(), memory_limit=grad.peak) == text
+
+
+def test_limit_recomputes_and_the_gradient_holds(free):
+    _, grad = free
+    limit = int(grad.peak * 0.8)
+    text = check_module(mlp(), _args(), memory_limit=limit, jvp=False)
+    fitted = passes.estimate_peak(text, "mlp_vjp")
+    assert fitted.peak <= limit and fitted.tape < grad.tape
+    # The forward's tanh ops (in @mlp and @mlp_vjp), and the copies recomputed in the backward.
+    assert text.count("stablehlo.tanh") > 2 * LAYERS
+
+
+def test_hoisting_reductions_alone_can_fit():
+    """Each bias's gradient sums a cotangent the walk otherwise keeps to the end (the broadcasts
+    come first in the forward, so last in the backward): moved next to it, it frees that
+    cotangent at once, and a limit between the two peaks is met without recomputing anything."""
+    text = passes.differentiate(mlp(bias=True), vjp=True, grad=False, with_value=True)  # as check_module does
+    grad = passes.estimate_peak(text, "mlp_vjp")
+    module = passes.parse_module(text)
+    with module.context:
+        func = passes.find_function(module, "mlp_vjp")
+        assert memory.hoist_reductions(func) >= LAYERS  # each bias's sum, and the loss's seed
+        hoisted = memory.estimate(func)
+    assert hoisted.peak < grad.peak
+    fitted = check_module(mlp(bias=True), _args(bias=True), memory_limit=hoisted.peak, jvp=False)
+    assert passes.estimate_peak(fitted, "mlp_vjp").peak <= hoisted.peak
+    assert fitted.count("stablehlo.tanh") == 2 * LAYERS  # @mlp's and @mlp_vjp's: nothing recomputed
+
+
+def test_recomputing_weighs_contractions():
+    module = passes.parse_module(mlp())
+    with module.context:
+        ops = {op.operation.name: op.operation for op in passes.find_function(module, "mlp").regions[0].blocks[0]
+               .operations}
+        # BATCH x WIDTH elements each; the contraction adds WIDTH multiply-adds an element, / 32.
+        assert memory.work(ops["stablehlo.tanh"]) == BATCH * WIDTH
+        assert memory.work(ops["stablehlo.dot_general"]) == BATCH * WIDTH + BATCH * WIDTH * WIDTH // 32
+    conv = passes.parse_module("""
+func.func @c(%x: tensor<1x8x8x3xf32>, %k: tensor<3x3x3x4xf32>) -> tensor<1x6x6x4xf32> {
+  %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {stride = [1, 1]}
+    {batch_group_count = 1 : i64, feature_group_count = 1 : i64}
+    : (tensor<1x8x8x3xf32>, tensor<3x3x3x4xf32>) -> tensor<1x6x6x4xf32>
+  return %0 : tensor<1x6x6x4xf32>
+}""")
+    with conv.context:
+        op = next(iter(passes.find_function(conv, "c").regions[0].blocks[0].operations)).operation
+        assert memory.work(op) == 144 + 144 * (3 * 3 * 3) // 32  # 3x3 taps of 3 features an element
+
+
+def test_a_training_step_fits_and_trains_the_same():
+    free = passes.differentiate(mlp(), train="sgd", wrt=list(range(1, LAYERS + 1)))
+    step = passes.estimate_peak(free, "mlp_train_step")
+    limit = int(step.peak * 0.8)
+    fitted = passes.differentiate(mlp(), train="sgd", wrt=list(range(1, LAYERS + 1)), memory_limit=limit)
+    assert passes.estimate_peak(fitted, "mlp_train_step").peak <= limit < step.peak
+    assert fitted.count("stablehlo.tanh") > free.count("stablehlo.tanh")  # recomputed in the backward
+    args = [*_args(), np.int32(0)]  # F's arguments, then the optimizer's state: SGD's step count
+    runs = [ig.compile(text).load()["mlp_train_step"].call_flat(*args) for text in (free, fitted)]
+    for a, b in zip(*runs):  # the loss, each parameter after one step, the step count
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)
+
+
+def test_segments_follow_the_forward():
+    module = passes.parse_module(passes.differentiate(mlp()))
+    with module.context:
+        func = passes.find_function(module, "mlp_grad")
+        counts = memory.candidate_segments(func)
+        forward = [op for op in func.regions[0].blocks[0].operations if op.operation.name != "stablehlo.constant"]
+        assert counts[0] == 4  # √16 forward ops: 8 dot_general + 8 tanh
+        groups = memory.segment_ops([op.operation for op in forward][:2 * LAYERS], 4)
+        assert [len(g) for g in groups] == [4, 4, 4, 4]
+
+
+def test_refusal_names_the_estimate_and_the_smallest_limit(free):
+    _, grad = free
+    with pytest.raises(passes.MemoryLimitError) as caught:
+        passes.differentiate(mlp(), memory_limit="1K")
+    error = caught.value
+    message = str(error)
+    assert "\n" not in message and message.startswith("memory limit 1.0 KiB cannot be met by @mlp_grad")
+    assert f"estimated peak is {memory.human(grad.peak)}" in message
+    assert error.estimate == grad.peak and error.smallest < grad.peak
+    # The smallest limit it names can be met.
+    fitted = passes.differentiate(mlp(), memory_limit=error.smallest)
+    assert passes.estimate_peak(fitted, "mlp_grad").peak <= error.smallest
+
+
+def test_loops_fit(loop_form):
+    """Looped, a loop's taped iterations are its state: the limit checkpoints it (√n snapshots)
+    before recomputing anything; unrolled, its iterations are straight-line code, recomputed
+    in segments."""
+    text = passes.differentiate(LOOP)
+    taped = passes.estimate_peak(text, "scan_grad")
+    assert taped.tape >= 48 * 64 * 16 * 8  # every iteration's carry
+    if loop_form == "looped":
+        assert taped.loops >= 48 * 64 * 16 * 8
+    limit = taped.peak // 2
+    fitted = check_module(LOOP, _args(1), memory_limit=limit, jvp=False)
+    assert passes.estimate_peak(fitted, "scan_vjp").peak <= limit
+    checkpointed = passes.differentiate(LOOP, loop_checkpoints="sqrt")
+    if loop_form == "looped":  # checkpointed as --loop-checkpoints sqrt does, nothing recomputed
+        assert passes.differentiate(LOOP, memory_limit=limit) == checkpointed
+    else:  # straight-line code that checkpoints do not change: recomputed
+        assert passes.estimate_peak(checkpointed, "scan_grad").peak > limit
+        assert fitted.count("stablehlo.tanh") > 1 + 48  # @scan's loop body, @scan_vjp's 48 steps, and copies
+
+
+def test_checkpoints_that_cost_more_are_undone_and_a_limit_nothing_lowers_is_refused():
+    """A 4-step loop: its √n snapshots' loops hold more than its tape (each loop body's carries
+    are copies of their own), so the limit leaves it as it was, and refuses, saying so."""
+    short = LOOP.replace("dense<48>", "dense<4>")
+    with choices.loop_form("looped"):  # its snapshots: a loop of their own
+        as_is = passes.estimate_peak(passes.differentiate(short), "scan_grad")
+        checkpointed = passes.estimate_peak(passes.differentiate(short, loop_checkpoints="sqrt"), "scan_grad")
+        assert checkpointed.peak > as_is.peak
+        with pytest.raises(passes.MemoryLimitError) as caught:
+            passes.differentiate(short, memory_limit=as_is.peak - 1)
+    assert "which neither checkpointing nor recomputation lowers" in str(caught.value)
+    assert caught.value.smallest == caught.value.estimate == as_is.peak
+
+
+@pytest.mark.parametrize("text, size", [("64M", 64 << 20), ("1.5G", 3 << 29), ("512k", 512 << 10), ("4096", 4096),
+                                        (100, 100)])
+def test_sizes(text, size):
+    assert memory.parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["", "64Q", "-1M", "0", "M"])
+def test_bad_sizes(bad):
+    with pytest.raises(ValueError, match="bad memory size"):
+        memory.parse_size(bad)
+
+
+def test_cli_max_memory(tmp_path, free):
+    _, grad = free
+    source = tmp_path / "mlp.mlir"
+    source.write_text(mlp())
+    runner = CliRunner()
+    out = tmp_path / "out.mlir"
+    done = runner.invoke(app, ["grad", str(source), "--max-memory", str(int(grad.peak * 0.8)), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert out.read_text().count("stablehlo.tanh") > 2 * LAYERS  # recomputed in the backward
+    for command in (["grad", str(source)], ["compile", str(source), "--grad", "-o", str(tmp_path / "a.vmfb")]):
+        refused = runner.invoke(app, [*command, "--max-memory", "1K"])
+        assert refused.exit_code == 1
+        lines = refused.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("irgrad: error: memory limit 1.0 KiB cannot be met")
+    bad = runner.invoke(app, ["grad", str(source), "--max-memory", "lots"])
+    assert bad.exit_code == 2 and "bad --max-memory" in bad.output
+    alone = runner.invoke(app, ["grad", str(source), "--jvp", "--max-memory", "1M"])
+    assert alone.exit_code == 2 and "--max-memory needs --grad, --vjp or --train" in alone.output
+
+
+def test_compile_records_the_estimates_and_inspect_shows_them(tmp_path, free):
+    _, grad = free
+    source, artifact = tmp_path / "mlp.mlir", tmp_path / "mlp.vmfb"
+    source.write_text(mlp())
+    runner = CliRunner()
+    compiled = runner.invoke(app, ["compile", str(source), "--grad", "-o", str(artifact)])
+    assert compiled.exit_code == 0, compiled.output
+    shown = f"  mlp_grad: {memory.human(grad.peak)} over its arguments' {memory.human(grad.arguments)} " \
+            f"(results {memory.human(grad.results)}, tape {memory.human(grad.tape)})"
+    assert "estimated peak memory per call:" in compiled.output and shown in compiled.output
+    inspected = runner.invoke(app, ["inspect", str(artifact)])
+    assert inspected.exit_code == 0 and shown in inspected.output.splitlines()
+    as_json = json.loads(runner.invoke(app, ["inspect", str(artifact), "--json"]).output)
+    assert as_json["estimated_peak"]["mlp_grad"]["peak"] == grad.peak
+    assert as_json["estimated_peak"]["mlp"]["tape"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("prlimit") is None,
+                    reason="peaks are read from /proc/self; every process runs under prlimit")
+def test_bench_memory_limit_runs():
+    """benchmarks/bench_memory_limit.py still runs (smoke: nothing measured is asserted)."""
+    from test_benchmarks import ROOT, _jax_python
+
+    python = _jax_python()
+    if python is None:
+        pytest.skip("bench_memory_limit.py exports the models with JAX (set IRGRAD_JAX_PYTHON)")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory_limit.py"), "--jax-python",
+                           python, "--models", "mlp:64", "--calls", "2", "--basis", "estimate", "--limit", "6000000000"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"bench_memory_limit.py failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| mlp |")]
+    assert len(rows) == 1 and float(rows[0][-1]) < 1e-5, proc.stdout  # the same gradients
