@@ -143,9 +143,6 @@ def _create(driver: str) -> Device:
     if driver not in _devices:
         import iree.runtime as rt
 
-        if driver.split("://")[0] in ("local-task", "local-sync"):
-            keep_freed_memory()
-
         hal_device = rt.get_device(driver)
         instance = rt.VmInstance()
         _devices[driver] = Device(driver, hal_device, instance, rt.create_hal_module(instance, hal_device))
