@@ -228,6 +228,10 @@ def _annotate(
     """Parses the module, writes irgrad's metadata into each public function's
     ``iree.reflection`` and returns the text to compile plus the metadata."""
     ir = mlir_bindings()
+    arena = options.transient_arena and _ARENA_BLOCKERS.search(mlir_text) is None
+    if options.transient_arena and not arena:
+        log.warning("IREE %s workaround: no transient arena for a module with a loop or a conditional "
+                    "(its emplacement pass fails on them: 'operand does not dominate this use')", _release())
     info = {
         "schema": SCHEMA,
         "target": options.target.value,
@@ -238,7 +242,7 @@ def _annotate(
             "cuda_arch": options.cuda_arch,
             "rocm_arch": options.rocm_arch,
             "extra_flags": list(options.extra_flags),
-            **({"transient_arena": True} if options.transient_arena else {}),
+            **({"transient_arena": True} if arena else {}),
         },
         "iree_compiler": compiler_version(),
         "producer": producer,
@@ -271,7 +275,7 @@ def _annotate(
                 entries[UNUSED_KEY] = ir.StringAttr.get(json.dumps(never_read))
                 unused[signature.name] = never_read
             func.attributes["iree.reflection"] = ir.DictAttr.get(entries)
-            if options.transient_arena:
+            if arena:
                 _take_transient_arena(ir, func)
         if not functions:
             raise CompileError("the module has no public function to compile")
@@ -281,6 +285,12 @@ def _annotate(
         text = module.operation.get_asm(enable_debug_info=True)
     metadata = {**info, "module": name, "functions": functions, "training": training, "unused": unused}
     return text, metadata
+
+
+# Ops whose transients IREE 3.13 cannot emplace in an arena (its experimental pass assumes
+# straight-line code: the 256-step scan MLP's gradient failed with "operand #1 does not
+# dominate this use"): a module holding one compiles without arenas.
+_ARENA_BLOCKERS = re.compile(r"\bstablehlo\.(while|case|if)\b")
 
 
 def _take_transient_arena(ir: Any, func: Any) -> None:

@@ -167,7 +167,9 @@ class CompileOptions:
             allocates nor page-faults its transients, and loading the artifact leaves malloc as it
             is (``devices.keep_freed_memory``); the arena is held while the module is, and IREE
             lays it out with non-overlapping lifetimes, so it can exceed the per-call peak
-            (benchmarks/README.md, "The second call's peak").
+            (benchmarks/README.md, "The second call's peak"). A module with a loop or a
+            conditional (``stablehlo.while``/``case``/``if``) compiles without arenas: IREE
+            3.13's emplacement fails on them.
     """
 
     target: Target = Target.LLVM_CPU
