@@ -134,6 +134,37 @@ def test_loading_an_arena_artifact_sets_nothing_process_wide(tmp_path):
             assert done.stdout.split()[-1] == calls, (driver, name, done.stdout)
 
 
+LOSS = """
+func.func @loss(%w: tensor<32x8xf32>, %x: tensor<64x32xf32>, %y: tensor<64x8xf32>) -> tensor<f32> {
+  %h = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<64x32xf32>, tensor<32x8xf32>) -> tensor<64x8xf32>
+  %t = stablehlo.tanh %h : tensor<64x8xf32>
+  %d = stablehlo.subtract %t, %y : tensor<64x8xf32>
+  %s = stablehlo.multiply %d, %d : tensor<64x8xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %r = stablehlo.reduce(%s init: %z) applies stablehlo.add across dimensions = [0, 1] : (tensor<64x8xf32>, tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}
+"""
+
+
+def test_a_trainer_steps_through_the_arena_as_without_it():
+    """``Module.trainer`` calls the step function as any call does: with its arena."""
+    text = passes.differentiate(LOSS, wrt=[0], grad=False, train="sgd", learning_rate=0.01)
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((32, 8)) * 0.2).astype(np.float32)
+    x, y = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((64, 8)).astype(np.float32)
+    runs = []
+    for options in (CompileOptions(), ARENA):
+        trainer = ig.runtime.load(ig.runtime.compile(text, options).vmfb, device="local-task").trainer([w])
+        losses = [trainer.step(x, y) for _ in range(3)]
+        assert (trainer._step._arena is not None) is options.transient_arena
+        runs.append((losses, trainer.params()[0]))
+    (plain, plain_w), (arena, arena_w) = runs
+    assert plain[2] < plain[0]
+    np.testing.assert_allclose(arena, plain, rtol=1e-6)
+    np.testing.assert_allclose(arena_w, plain_w, rtol=1e-6, atol=1e-7)
+
+
 # A loop: IREE 3.13 cannot emplace its transients ("operand #1 does not dominate this use").
 LOOP = """
 func.func @f(%x: tensor<64xf32>) -> tensor<64xf32> {
