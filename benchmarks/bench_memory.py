@@ -37,8 +37,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_memory_jax import MODELS, measure_calls  # noqa: E402
+from bench_memory_tf import MODELS as TF_MODELS  # noqa: E402
 
-DEFAULT = ("mlp:8192", "deep_mlp:2048", "resnet:64", "resnet:256", "scan_mlp:128")
+DEFAULT = ("mlp:8192", "deep_mlp:2048", "resnet:64", "resnet:256", "scan_mlp:128", "mobilenetv2:64")
 QUICK = ("mlp:1024", "deep_mlp:128", "resnet:8", "scan_mlp:32")
 
 
@@ -68,17 +69,27 @@ def measure_irgrad(vmfb: str, function: str, npz: str, calls: int) -> dict:
     return {**measure_calls(lambda: fn(*args), calls), "device": module.device}
 
 
-def build(name: str, batch: int, folder: Path, jax_python: str, limit: str) -> Path:
-    """Exports the model (JAX), differentiates and compiles it (irgrad): the artifact's path."""
+def _peer(name: str, args: argparse.Namespace) -> list[str]:
+    """The command line of the script that exports and measures ``name`` on the peer's side."""
+    if name in TF_MODELS:
+        return [args.tf_python or args.jax_python, str(HERE / "bench_memory_tf.py")]
+    return [args.jax_python, str(HERE / "bench_memory_jax.py")]
+
+
+def build(name: str, batch: int, folder: Path, args: argparse.Namespace) -> Path:
+    """Exports the model (JAX or TensorFlow), differentiates and compiles it (irgrad;
+    ``--arena``: with ``CompileOptions(transient_arena=True)``): the artifact's path."""
     import bench_adjoint  # noqa: F401
     import irgrad as ig
     from irgrad import runtime as igrt
 
-    _run([jax_python, str(HERE / "bench_memory_jax.py"), "export", name, str(batch), str(folder)], limit)
+    _run([*_peer(name, args), "export", name, str(batch), str(folder)], args.limit)
     forward = (folder / "forward.mlir").read_text()
-    module = ig.passes.differentiate(forward, "main", with_value=True)
+    wrt_file = folder / "wrt.json"  # a Keras model's: its trainable weights (JAX's: every argument)
+    wrt = json.loads(wrt_file.read_text()) if wrt_file.exists() else None
+    module = ig.passes.differentiate(forward, "main", wrt, with_value=True)
     vmfb = folder / "module.vmfb"
-    vmfb.write_bytes(igrt.compile(module).vmfb)
+    vmfb.write_bytes(igrt.compile(module, igrt.CompileOptions(transient_arena=args.arena)).vmfb)
     return vmfb
 
 
@@ -108,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     calls = 2 if args.quick else args.calls
     env = None if args.env is None else {**os.environ, **dict(kv.split("=", 1) for kv in args.env)}
     print(f"peak per call, MiB over the RSS after loading (fresh process per figure); calls {calls}; "
-          f"ms = median time of calls 2..{calls}")
+          f"ms = median time of calls 2..{calls}; irgrad {'with' if args.arena else 'without'} transient arenas")
     header = ("| model | batch | program | irgrad first | irgrad second | XLA first | XLA second "
               "| irgrad/XLA | irgrad ms | XLA ms |")
     print(header)
@@ -117,13 +128,13 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
         for spec in specs:
             name, _, batch_text = spec.partition(":")
-            if name not in MODELS or not batch_text.isdigit():
-                print(f"unknown model {spec!r}: give NAME:BATCH, NAME one of {', '.join(MODELS)}")
+            if name not in (*MODELS, *TF_MODELS) or not batch_text.isdigit():
+                print(f"unknown model {spec!r}: give NAME:BATCH, NAME one of {', '.join((*MODELS, *TF_MODELS))}")
                 return 2
             batch = int(batch_text)
             folder = Path(tmp) / f"{name}_{batch}"
             try:
-                vmfb = build(name, batch, folder, args.jax_python, args.limit)
+                vmfb = build(name, batch, folder, args)
             except Exception as error:  # noqa: BLE001  (a model that fails prints its row; the others go on)
                 print(f"| {name} | {batch} | build failed: {str(error)[:200]} |")
                 failed += 1
@@ -131,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             for program, function in (("forward", "main"), ("gradient", "main_grad")):
                 ours = figure([sys.executable, __file__, "--measure-irgrad", str(vmfb), function,
                                str(folder / "args.npz"), str(calls)], args.limit, env)
-                xla = figure([args.jax_python, str(HERE / "bench_memory_jax.py"), "measure", name, str(batch),
+                xla = figure([*_peer(name, args), "measure", name, str(batch),
                               "fwd" if program == "forward" else "grad", str(calls)], args.limit)
                 failed += "error" in ours or "error" in xla
                 ratio = ("-" if "error" in ours or "error" in xla else  # over the two calls shown
@@ -147,10 +158,14 @@ def run(args: argparse.Namespace) -> int:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jax-python", default=sys.executable, help="a Python with JAX (default: this one)")
+    parser.add_argument("--tf-python", help="a Python with TensorFlow 2.21 / Keras 3, for mobilenetv2 "
+                        "(default: --jax-python)")
     parser.add_argument("--models", help=f"NAME:BATCH,... (default {','.join(DEFAULT)})")
     parser.add_argument("--calls", type=int, default=3, help="calls per figure (default 3)")
     parser.add_argument("--quick", action="store_true", help=f"{','.join(QUICK)}, 2 calls")
     parser.add_argument("--limit", default="12000000000", help="prlimit --as for every process (bytes)")
+    parser.add_argument("--arena", action="store_true",
+                        help="compile irgrad's artifacts with transient arenas (CompileOptions.transient_arena)")
     parser.add_argument("--env", action="append", metavar="NAME=VALUE",
                         help="environment of irgrad's measuring processes (e.g. IRGRAD_KEEP_HEAP=0)")
     parser.add_argument("--measure-irgrad", nargs=4, metavar=("VMFB", "FUNCTION", "NPZ", "CALLS"),

@@ -44,8 +44,9 @@ def keras_mobilenetv2():
         (96, 96, 3)
 
 
-def export(name: str, out: Path) -> None:
-    model, batch, shape = {"keras_cnn": keras_cnn, "keras_mobilenetv2": keras_mobilenetv2}[name]()
+def training_loss(model, batch: int, shape: tuple[int, ...]):
+    """``model``'s loss ``(x, labels, *trainable, *non_trainable) -> scalar``, arguments for a
+    batch of ``batch`` (x normal, labels in [0, 10)) and how many weights are trainable."""
     trainable = [v.value for v in model.trainable_variables]
     frozen = [v.value for v in model.non_trainable_variables]
     nt = len(trainable)
@@ -57,7 +58,12 @@ def export(name: str, out: Path) -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, *shape)).astype(np.float32)
     labels = rng.integers(0, 10, batch).astype(np.int32)
-    args = [x, labels, *[np.asarray(w) for w in trainable], *[np.asarray(w) for w in frozen]]
+    return loss, [x, labels, *[np.asarray(w) for w in trainable], *[np.asarray(w) for w in frozen]], nt
+
+
+def export(name: str, out: Path) -> None:
+    model, batch, shape = {"keras_cnn": keras_cnn, "keras_mobilenetv2": keras_mobilenetv2}[name]()
+    loss, args, nt = training_loss(model, batch, shape)
     f = tf.function(loss, jit_compile=True, autograph=False)
     text = f.experimental_get_compiler_ir(*args)(stage="stablehlo")
     (out / f"{name}.mlir").write_text(text)

@@ -156,7 +156,7 @@ def compile(
         options = CompileOptions(target=options)
     mlir_text = for_iree(module_text(mlir_text))
     flags = compile_flags(mlir_text, options)
-    key = _cache_key(mlir_text, flags, producer)
+    key = _cache_key(mlir_text, flags, producer, options.transient_arena)
 
     if cache:
         _disk.cache_size_limit()  # a malformed $IRGRAD_CACHE_SIZE is an error before compiling, not after
@@ -189,9 +189,10 @@ def compile(
     return artifact
 
 
-def _cache_key(mlir_text: str, flags: list[str], producer: str | None) -> str:
+def _cache_key(mlir_text: str, flags: list[str], producer: str | None, arena: bool = False) -> str:
     text_hash = hashlib.sha256(mlir_text.encode()).hexdigest()
-    material = json.dumps([SCHEMA, _CACHE_FORMAT, text_hash, flags, compiler_version(), producer])
+    parts = [SCHEMA, _CACHE_FORMAT, text_hash, flags, compiler_version(), producer]
+    material = json.dumps(parts + ["transient_arena"] if arena else parts)
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -227,6 +228,10 @@ def _annotate(
     """Parses the module, writes irgrad's metadata into each public function's
     ``iree.reflection`` and returns the text to compile plus the metadata."""
     ir = mlir_bindings()
+    arena = options.transient_arena and _ARENA_BLOCKERS.search(mlir_text) is None
+    if options.transient_arena and not arena:
+        log.warning("IREE %s workaround: no transient arena for a module with a loop or a conditional "
+                    "(its emplacement pass fails on them: 'operand does not dominate this use')", _release())
     info = {
         "schema": SCHEMA,
         "target": options.target.value,
@@ -237,6 +242,7 @@ def _annotate(
             "cuda_arch": options.cuda_arch,
             "rocm_arch": options.rocm_arch,
             "extra_flags": list(options.extra_flags),
+            **({"transient_arena": True} if arena else {}),
         },
         "iree_compiler": compiler_version(),
         "producer": producer,
@@ -273,6 +279,8 @@ def _annotate(
                 entries[PEAK_KEY] = func.attributes[PEAK_KEY]
                 peaks[signature.name] = json.loads(ir.StringAttr(func.attributes[PEAK_KEY]).value)
             func.attributes["iree.reflection"] = ir.DictAttr.get(entries)
+            if arena:
+                _take_transient_arena(ir, func)
         if not functions:
             raise CompileError("the module has no public function to compile")
         attrs = module.operation.attributes
@@ -282,6 +290,27 @@ def _annotate(
     metadata = {**info, "module": name, "functions": functions, "training": training, "unused": unused,
                 "estimated_peak": peaks}
     return text, metadata
+
+
+# Ops whose transients IREE 3.13 cannot emplace in an arena (its experimental pass assumes
+# straight-line code: the 256-step scan MLP's gradient failed with "operand #1 does not
+# dominate this use"): a module holding one compiles without arenas.
+_ARENA_BLOCKERS = re.compile(r"\bstablehlo\.(while|case|if)\b")
+
+
+def _take_transient_arena(ir: Any, func: Any) -> None:
+    """Gives ``func`` a last argument, a ``!hal.buffer`` marked ``iree.abi.transients``: IREE
+    places the function's transient buffers in it instead of allocating them each call, and
+    exports the size it needs (reflection ``iree.abi.transients.size[.constant]``), which the
+    loader allocates once (``loader.Function``). irgrad's signature of ``func`` stays as it was."""
+    buffer = ir.Type.parse("!hal.buffer")
+    func.regions[0].blocks[0].add_argument(buffer, ir.Location.unknown())
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([*ftype.inputs, buffer], ftype.results))
+    attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if "arg_attrs" in func.attributes \
+        else [ir.DictAttr.get({}) for _ in ftype.inputs]
+    attrs.append(ir.DictAttr.get({"iree.abi.transients": ir.UnitAttr.get()}))
+    func.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
 
 
 # Multiply-adds per unit of work: a float32 multiply-add in IREE's matmul kernels runs ~30×

@@ -116,15 +116,19 @@ KEPT_HEAP = 512 << 20
 @functools.cache
 def keep_freed_memory() -> bool:
     """Has glibc's malloc keep memory freed by a CPU call for the next one (once per process;
-    ``IRGRAD_KEEP_HEAP=0`` leaves malloc as it is). True when it was set.
+    ``IRGRAD_KEEP_HEAP=0`` leaves malloc as it is). True when it was set. ``loader.load`` calls
+    it for a CPU artifact compiled without transient arenas (``CompileOptions.transient_arena``).
 
     IREE's CPU devices allocate a call's transient buffers (a gradient's saved activations:
-    73 MB for Keras' MobileNetV2) with malloc and free them at its end. Past glibc's mmap
-    threshold (at most 32 MB) each is a fresh mapping, so every call first-touches every page
-    again: 18,600 page faults and 31 ms of system time a call of that gradient, half its time
-    (an IREE caching allocator does not cover transients). With mmap off for malloc and up to
-    ``KEPT_HEAP`` of freed memory kept, they are reused: 33 ms a call became 16 (its forward,
-    6.2 ms, unchanged), no faults. The price: the process keeps its peak heap, up to 512 MB free.
+    65 MiB for Keras' MobileNetV2 at batch 8) with malloc and free them at its end (local-task:
+    those over its pool's 64 MiB slabs; local-sync: all). Past glibc's mmap threshold (at most
+    32 MB) each is a fresh mapping, so every call first-touches every page again: 18,600 page
+    faults and 31 ms of system time a call of that gradient, half its time (an IREE caching
+    allocator does not cover transients). With mmap off for malloc and up to ``KEPT_HEAP`` of
+    freed memory kept, they are reused: 33 ms a call became 16 (its forward, 6.2 ms,
+    unchanged), no faults. The price: the process keeps its peak heap, up to 512 MB free, and
+    smaller allocations placed in a freed block can make the next call take another (that
+    gradient's second call: 135 MiB against 70; benchmarks/README.md).
     """
     if os.environ.get("IRGRAD_KEEP_HEAP", "1") == "0" or platform.system() != "Linux" \
             or platform.libc_ver()[0] != "glibc":
@@ -142,9 +146,6 @@ def keep_freed_memory() -> bool:
 def _create(driver: str) -> Device:
     if driver not in _devices:
         import iree.runtime as rt
-
-        if driver.split("://")[0] in ("local-task", "local-sync"):
-            keep_freed_memory()
 
         hal_device = rt.get_device(driver)
         instance = rt.VmInstance()

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from .vmfb import read_metadata, read_sidecar, signatures_from_metadata, vm_module
-from .devices import Device, compiled_in_drivers, get_device
+from .devices import Device, compiled_in_drivers, get_device, keep_freed_memory
 from .errors import ArtifactError, DeviceError, iree_message
 from .options import host_arch, Target
 from .signature import Signature, TensorType
@@ -109,6 +109,19 @@ class Function:
         self._copy_to_device = functools.partial(
             hal.allocator.allocate_buffer_copy, memory_type=rt.MemoryType.DEVICE_LOCAL,
             allowed_usage=rt.BufferUsage.DEFAULT, device=hal)
+        # A function compiled with a transient arena (CompileOptions.transient_arena) takes it
+        # as a last argument: one buffer of the size IREE exports, allocated on the first call
+        # and reused by every call after it (a call made while another thread's holds it gets
+        # one of its own).
+        reflection = vm_function.reflection
+        self._arena_query = reflection.get("iree.abi.transients.size")
+        constant = reflection.get("iree.abi.transients.size.constant")
+        self._arena_size = None if constant is None else int(constant)
+        self._arena: Any = None
+        self._arena_lock = threading.Lock()
+        self._allocate = functools.partial(
+            hal.allocator.allocate_buffer, memory_type=rt.MemoryType.DEVICE_LOCAL,
+            allowed_usage=rt.BufferUsage.DEFAULT)
 
     @property
     def name(self) -> str:
@@ -166,11 +179,41 @@ class Function:
 
     def _invoke(self, views: list[Any]) -> list[Any]:
         """Runs the function on device buffer views; its results as device buffer views."""
+        if self._arena_query is None:
+            return self._run(views)
+        if not self._arena_lock.acquire(blocking=False):  # another thread's call holds the arena
+            return self._run([*views, self._allocate(allocation_size=self._arena_bytes(views))])
+        try:
+            size = self._arena_bytes(views)
+            if self._arena is None or self._arena.byte_length() < size:
+                self._arena = None  # the old one goes before the new one comes
+                self._arena = self._allocate(allocation_size=size)
+            return self._run([*views, self._arena])
+        finally:
+            self._arena_lock.release()
+
+    def _arena_bytes(self, views: list[Any]) -> int:
+        """The transient arena this call needs: the size IREE exported, or (shapes known only
+        at run time) what its size function answers for these arguments."""
+        if self._arena_size is not None:
+            return max(self._arena_size, 1)
         import iree.runtime as rt
 
-        arg_list = rt.VmVariantList(len(views))
+        query = self._module._vm_module.lookup_function(self._arena_query)
+        arg_list = rt.VmVariantList(len(views) + 1)
         for view in views:
             arg_list.push_ref(view)
+        arg_list.push_ref(self._allocate(allocation_size=1))
+        ret_list = rt.VmVariantList(1)
+        self._module._context.invoke(query, arg_list, ret_list)
+        return max(int(ret_list.get_variant(0)), 1)
+
+    def _run(self, refs: list[Any]) -> list[Any]:
+        import iree.runtime as rt
+
+        arg_list = rt.VmVariantList(len(refs))
+        for ref in refs:
+            arg_list.push_ref(ref)
         n = len(self.signature.outputs)
         ret_list = rt.VmVariantList(n)
         self._module._context.invoke(self._vm_function, arg_list, ret_list)
@@ -387,6 +430,9 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
                 f"use {' or '.join(allowed)}, or compile for another target"
             )
     dev = get_device(driver)
+    if dev.driver.split("://")[0] in ("local-task", "local-sync") \
+            and not (metadata.get("options") or {}).get("transient_arena"):
+        keep_freed_memory()  # process-wide, once; an artifact with transient arenas does without
     module = vm_module(data, dev.instance, checked=True)  # read_metadata checked these bytes
     import iree.runtime as rt  # lazy, as everywhere in runtime/: loading IREE costs ~100 ms
 

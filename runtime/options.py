@@ -161,6 +161,15 @@ class CompileOptions:
             machine's memory (at least 2 GiB). A compile past it is a ``CompileError``.
         time_limit: the most seconds a compile may take; ``None``: ``$IRGRAD_COMPILE_TIMEOUT``,
             else 1800. Neither limit changes the artifact or its cache key.
+        transient_arena: llvm-cpu only: each public function takes its transient buffers from
+            one arena that the loaded function allocates once and reuses every call (IREE's
+            ``iree.abi.transients``), instead of allocating them per call. A call then neither
+            allocates nor page-faults its transients, and loading the artifact leaves malloc as it
+            is (``devices.keep_freed_memory``); the arena is held while the module is, and IREE
+            lays it out with non-overlapping lifetimes, so it can exceed the per-call peak
+            (benchmarks/README.md, "The second call's peak"). A module with a loop or a
+            conditional (``stablehlo.while``/``case``/``if``) compiles without arenas: IREE
+            3.13's emplacement fails on them.
     """
 
     target: Target = Target.LLVM_CPU
@@ -171,6 +180,7 @@ class CompileOptions:
     extra_flags: tuple[str, ...] = ()
     memory_limit: int | str | None = None
     time_limit: float | None = None
+    transient_arena: bool = False
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -207,6 +217,10 @@ class CompileOptions:
         if self.time_limit is not None and (isinstance(self.time_limit, bool) or not isinstance(
                 self.time_limit, int | float) or not self.time_limit > 0):
             raise ValueError(f"bad time_limit {self.time_limit!r}; allowed: a number of seconds > 0")
+        if not isinstance(self.transient_arena, bool):
+            raise ValueError(f"bad transient_arena {self.transient_arena!r}; allowed: True or False")
+        if self.transient_arena and self.target is not Target.LLVM_CPU:
+            raise ValueError(f"transient_arena applies to target llvm-cpu only, not {self.target.value}")
 
     @property
     def compile_memory_limit(self) -> int:

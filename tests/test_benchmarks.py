@@ -47,12 +47,13 @@ def _jax_python() -> str | None:
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux" or shutil.which("prlimit") is None,
                     reason="peaks are read from /proc/self; every process runs under prlimit")
-def test_bench_memory_measures_forward_and_gradient_of_irgrad_and_xla():
+@pytest.mark.parametrize("arena", [[], ["--arena"]], ids=["default", "arena"])
+def test_bench_memory_measures_forward_and_gradient_of_irgrad_and_xla(arena):
     python = _jax_python()
     if python is None:
         pytest.skip("bench_memory.py runs JAX's side under a Python with JAX (set IRGRAD_JAX_PYTHON)")
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory.py"), "--jax-python", python,
-                           "--models", "mlp:64", "--calls", "2"], cwd=ROOT, capture_output=True, text=True,
+                           "--models", "mlp:64", "--calls", "2", *arena], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, f"bench_memory.py failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| mlp |")]
