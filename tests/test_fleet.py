@@ -828,7 +828,9 @@ def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
     SIGKILLed in round 2 of a 5-round run and restarted on the same port and database, it
     still knows its SuperNodes, which rejoin without a restart under the node ids they had.
     The interrupted run does not resume by itself (flwr 1.42: its ServerApp process exits with
-    the SuperLink, see the guide); it stays listed as running until ``flwr stop``. The same
+    the SuperLink, see the guide); it stays listed as running until ``flwr stop`` or until its
+    task's heartbeat lapses (then ``finished:failed``: which comes first depends on the
+    machine's speed), never completed. The same
     ``flwr run`` with ``resume=true`` starts from the example's last checkpoint (round 1) and
     runs the 4 rounds left on the same SuperNodes."""
     fleet_ = Deployment(tmp_path, tls=False)
@@ -861,8 +863,8 @@ def test_superlink_killed_and_restarted_on_its_database(built, tmp_path):
     second = text.split("Successfully started run ")[1].split()[0]
     assert before[second]["status"] == "finished:completed", before
     # Nothing runs the interrupted run any more, yet it is listed as running; flwr stop ends it.
-    assert before[first]["status"] == "running", before
-    assert after[first]["status"] == "finished:stopped", (stopped, after)
+    assert before[first]["status"] in ("running", "finished:failed"), before
+    assert after[first]["status"] in ("finished:stopped", "finished:failed"), (stopped, after)
     assert f"resuming after round 1 from {result / 'checkpoint-1.npz'}" in text, text[-3000:]
     assert f"irgrad.fleet: round 0: central loss {round_1_loss}" in text and "[ROUND 4/4]" in text, text[-3000:]
     losses = json.loads((result / "losses.json").read_text())
