@@ -67,7 +67,6 @@ def test_no_nan_through_the_branch_a_select_did_not_take():
 FIXTURES = Path(__file__).parent / "fixtures" / "peers"
 
 
-@XFAIL_MASKED_NAN
 def test_igammac_across_its_domain_has_finite_gradients():
     """JAX's igammac is 1 (a constant) where a <= 0 or x <= 0; its expansion still computes
     log(x), lgamma(a) and two continued fractions there, whose NaNs used to reach the gradient
@@ -313,7 +312,6 @@ def test_testdata_runner_checks_a_stablehlo_testdata_file():
         'dense<"0x000000000000F03F00000000000000C0"> : tensor<2xf64>'
 
 
-@XFAIL_MASKED_NAN
 def test_igammac_with_a_broadcast_argument():
     """The broadcast case (a: 1x6 against x: 2x6): each a sums the derivatives of its column, where
     one NaN from an out-of-domain x used to hide the finite ones. (No x = 1: the series and the
