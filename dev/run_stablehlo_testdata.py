@@ -109,22 +109,36 @@ def read_inputs(inputs_module: str):
 
 def check_file(path: Path) -> tuple[str, str]:
     """(verdict, reason) for one testdata file."""
-    import numpy as np
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    import gradcheck
-
     text = path.read_text()
     try:
         module, inputs = as_function(text, f64=True)
         args = read_inputs(inputs)
     except Exception as error:  # noqa: BLE001 - a verdict, reported per file
         return "skipped", str(error).splitlines()[0] if str(error) else type(error).__name__
+    return check_program(module, args)
+
+
+def check_program(module: str, args: list) -> tuple[str, str]:
+    """(verdict, reason) for ``@main`` of ``module`` (float64) at ``args``: also the verdict of
+    ``dev/run_jax_harnesses.py`` on programs exported from JAX's primitive harnesses."""
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import gradcheck
+
     if not any(np.asarray(a).dtype.kind == "f" for a in args):
         return "skipped", "no float input"
+    low = [str(a.dtype) for a in map(np.asarray, args) if a.dtype.kind in "fV" and a.dtype.itemsize < 4]
+    if low:
+        return "skipped", f"a {low[0]} input: central differences at that precision are noise"
     try:
         outputs = gradcheck._load(module)["main"].call_flat(*args)
     except Exception as error:  # noqa: BLE001
         return "forward", (str(error).splitlines() or [""])[0]
+    kinds = {np.asarray(o).dtype.kind for o in outputs}
+    if "c" in kinds:
+        return "skipped", "a complex result: tests/complexcheck.py's convention, not this checker's"
+    if "f" not in kinds:
+        return "skipped", "no float result: nothing to differentiate"
     if not all(np.isfinite(np.asarray(o)).all() for o in outputs if np.asarray(o).dtype.kind == "f"):
         return "skipped", "the forward has non-finite values at these inputs: no differences to compare"
     try:
