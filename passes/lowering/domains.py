@@ -127,7 +127,7 @@ def _guard(select: ir.Operation, block: ir.Block) -> bool:
         return False
     test_ops: set[ir.Operation] = set()
     leaves = _domain_leaves(pred, out, test_ops)
-    if not leaves:
+    if leaves is None or len(leaves) < 2:
         return False
     body = _slice(w, leaves, block)
     if body is None:
@@ -175,5 +175,7 @@ def guard_domains(func: ir.Operation) -> int:
     """Rewrite every igamma-family domain select of ``func`` (a one-block function) into the
     double-``where`` form (module docstring); the number rewritten."""
     block = func.regions[0].blocks[0]
+    if not any(o.operation.name == "chlo.lgamma" for o in block.operations):
+        return 0  # the family's lgamma(a) is at the top level (the cheap test first: a big model)
     selects = [op.operation for op in block.operations if op.operation.name == "stablehlo.select"]
     return sum(_guard(op, block) for op in reversed(selects))
