@@ -41,17 +41,14 @@ def test_clamp_with_scalar_bounds_min_above_max():
     check_module(text, [np.array(2.0), np.array([-3.0, 0.0, 1.0, 3.0]), np.array(-1.0)])
 
 
-XFAIL_MASKED_NAN = pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, reason=(
     "0 * inf through an untaken select stays NaN, as TensorFlow's own gradients give it (tf.where(x > 0, log(x), 0) "
-    "at x <= 0: tests/fixtures/tf where_gradients_and_nan, log_poisson, atan2 at the origin); a rule-level "
-    "double-where would break those recorded TensorFlow numbers (issue 44: igammac left open)"))
-
-
-@XFAIL_MASKED_NAN
+    "at x <= 0: tests/fixtures/tf where_gradients_and_nan, log_poisson, atan2 at the origin); only JAX's igamma "
+    "family is rewritten into the double-where (passes/lowering/domains.py, tests/test_domain_guards.py)"))
 def test_no_nan_through_the_branch_a_select_did_not_take():
     """where(x > 0, a · log(x), 1): at x <= 0 the result is constant, yet a · log(x) is NaN
-    there; the adjoint of the select sends that branch a zero cotangent, and 0 · NaN must stay
-    0 (the double-where trick, done by the rules: igammac's out-of-domain inputs, issue 44)."""
+    there; the adjoint of the select sends that branch a zero cotangent, and 0 · NaN stays NaN
+    (TensorFlow's numbers): a user who wants 0 writes the double-where."""
     text = _fn("%a: tensor<4xf64>, %x: tensor<4xf64>",
                "%z = stablehlo.constant dense<0.0> : tensor<4xf64>\n"
                "  %one = stablehlo.constant dense<1.0> : tensor<4xf64>\n"
