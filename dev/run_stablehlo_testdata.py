@@ -82,10 +82,19 @@ def as_function(text: str, f64: bool = False) -> tuple[str, str]:
 
 
 _HEX = re.compile(r'dense<("?)0x([0-9A-Fa-f]+)"?>(\s*:\s*tensor<[^>]*f32>)')
+_HEX_LIST = re.compile(r'dense<(\[[^<>"]*\])>(\s*:\s*tensor<[^>]*f32>)')  # [[0x7FC00000, 1.0], ...]
+_HEX_ELEMENT = re.compile(r"\b0x([0-9A-Fa-f]{8})\b")
+
+
+def _f32_bits_as_f64(digits: str) -> str:
+    import numpy as np
+    bits = np.array([int(digits, 16)], np.uint32).view(np.float32).astype(np.float64).view(np.uint64)[0]
+    return f"0x{int(bits):016X}"
 
 
 def _to_f64(text: str) -> str:
-    """Every f32 type made f64, hex-encoded f32 constants re-encoded."""
+    """Every f32 type made f64, hex-encoded f32 constants re-encoded (a splat's bits, a
+    tensor's little-endian bytes, the elements of a list)."""
     import numpy as np
 
     def widen(m: re.Match) -> str:
@@ -93,9 +102,12 @@ def _to_f64(text: str) -> str:
         if quote:  # little-endian bytes
             data = np.frombuffer(bytes.fromhex(digits), np.float32).astype("<f8")
             return f'dense<"0x{data.tobytes().hex().upper()}">{m.group(3)}'
-        bits = np.array([int(digits, 16)], np.uint32).view(np.float32).astype(np.float64).view(np.uint64)[0]
-        return f"dense<0x{int(bits):016X}>{m.group(3)}"
-    return _HEX.sub(widen, text).replace("xf32>", "xf64>").replace("<f32>", "<f64>")
+        return f"dense<{_f32_bits_as_f64(digits)}>{m.group(3)}"
+
+    def widen_list(m: re.Match) -> str:
+        return "dense<" + _HEX_ELEMENT.sub(lambda e: _f32_bits_as_f64(e.group(1)), m.group(1)) + ">" + m.group(2)
+    text = _HEX_LIST.sub(widen_list, _HEX.sub(widen, text))
+    return text.replace("xf32>", "xf64>").replace("<f32>", "<f64>")
 
 
 def read_inputs(inputs_module: str):
@@ -142,7 +154,7 @@ def check_program(module: str, args: list) -> tuple[str, str]:
     if not all(np.isfinite(np.asarray(o)).all() for o in outputs if np.asarray(o).dtype.kind == "f"):
         return "skipped", "the forward has non-finite values at these inputs: no differences to compare"
     try:
-        gradcheck.check_module(module, args, rtol=1e-5, atol=1e-8)
+        gradcheck.check_module(module, args, func="main", rtol=1e-5, atol=1e-8)
     except AssertionError as error:
         return "wrong", str(error).splitlines()[0]
     except Exception as error:  # noqa: BLE001

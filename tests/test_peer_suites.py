@@ -307,6 +307,9 @@ def test_testdata_runner_checks_a_stablehlo_testdata_file():
     assert runner._to_f64("dense<0x7F800000> : tensor<f32>") == "dense<0x7FF0000000000000> : tensor<f64>"
     assert runner._to_f64('dense<"0x0000803F000000C0"> : tensor<2xf32>') == \
         'dense<"0x000000000000F03F00000000000000C0"> : tensor<2xf64>'
+    # and a list's hex elements (max's NaN / inf inputs: left as f32 bits they read as tiny f64s)
+    assert runner._to_f64("dense<[[0x7FC00000, 1.5]]> : tensor<1x2xf32>") == \
+        "dense<[[0x7FF8000000000000, 1.5]]> : tensor<1x2xf64>"
 
 
 def test_igammac_with_a_broadcast_argument():
@@ -317,3 +320,15 @@ def test_igammac_with_a_broadcast_argument():
     a = np.array([[-1.3, 0.6, 2.5, 1.7, 3.2, 0.9]])
     x = np.array([[0.8, -1.1, 1.9, 3.0, -0.5, 2.2], [2.2, 1.4, -0.3, 5.5, 0.15, 1.2]])
     check_module(text, [a, x])
+
+
+def test_next_after_and_a_same_type_bitcast_pass_the_gradient_to_x():
+    """next_after(x, y) is x plus one ulp towards y (derivative 1 in x, 0 in y almost
+    everywhere: StableHLO testdata's nextafter cases had 0); a bitcast to its own type is the
+    identity (JAX's harness bitcast_convert_type float32 -> float32 had 0)."""
+    t = "tensor<5xf64>"
+    text = _fn(f"%x: {t}, %y: {t}",
+               f"%0 = chlo.next_after %x, %y : {t}, {t} -> {t}\n"
+               f"  %1 = stablehlo.bitcast_convert %0 : ({t}) -> {t}\n"
+               f"  %2 = stablehlo.multiply %1, %y : {t}\n  return %2 : {t}", t)
+    check_module(text, [np.array([0.5, -1.5, 3.0, 1e-3, 2.0]), np.array([1.0, -2.0, -4.0, 0.0, 2.5])])
