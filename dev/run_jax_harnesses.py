@@ -71,18 +71,10 @@ def check_one(path: Path) -> tuple[str, str]:
 
 
 def check(out: Path, match: str) -> int:
-    counts: dict[str, int] = {}
-    for f in sorted(out.glob("*.mlir")):
-        if not re.search(match, f.stem):
-            continue
-        child = subprocess.run(["prlimit", "--as=8000000000", sys.executable, __file__, "--one", str(f)],
-                               capture_output=True, text=True, timeout=900)
-        last = (child.stderr.strip().splitlines() or ["crashed"])[-1]
-        line = (child.stdout.strip().splitlines() or [f"error\t{last}"])[-1]
-        verdict = line.split("\t")[0]
-        counts[verdict] = counts.get(verdict, 0) + 1
-        print(f"{f.stem}\t{line}", flush=True)
-    print(" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    sys.path.insert(0, str(HERE))
+    from run_stablehlo_testdata import run_children
+
+    run_children(__file__, [f for f in sorted(out.glob("*.mlir")) if re.search(match, f.stem)])
     return 0
 
 

@@ -122,6 +122,8 @@ def read_inputs(inputs_module: str):
 def check_file(path: Path) -> tuple[str, str]:
     """(verdict, reason) for one testdata file."""
     text = path.read_text()
+    if "stablehlo.bitcast_convert" in text and "f32" in text:
+        return "skipped", "a bitcast of f32 bits: widened to f64 it reinterprets other bits"
     try:
         module, inputs = as_function(text, f64=True)
         args = read_inputs(inputs)
@@ -172,17 +174,24 @@ def main() -> int:
     for p in options.paths:
         files += sorted(p.glob("*.mlir")) if p.is_dir() else [p]
     files = [f for f in files if re.search(options.match, f.name) and re.search(r"float(32|64)", f.name)]
+    run_children(__file__, files)
+    return 0
+
+
+def run_children(script: str, files: list[Path]) -> dict[str, int]:
+    """``script --one FILE`` for each file, in a child under an 8 GB address-space limit: print
+    each verdict line and the counts; return the counts."""
     counts: dict[str, int] = {}
     for f in files:
-        child = subprocess.run(
-            ["prlimit", "--as=8000000000", sys.executable, __file__, "--one", str(f)],
-            capture_output=True, text=True, timeout=900) if "--one" not in sys.argv else None
-        out = (child.stdout.strip().splitlines() or [f"error\t{(child.stderr.strip().splitlines() or ['crashed'])[-1]}"])[-1]
-        verdict = out.split("\t")[0]
+        child = subprocess.run(["prlimit", "--as=8000000000", sys.executable, script, "--one", str(f)],
+                               capture_output=True, text=True, timeout=900)
+        last = (child.stderr.strip().splitlines() or ["crashed"])[-1]
+        line = (child.stdout.strip().splitlines() or [f"error\t{last}"])[-1]
+        verdict = line.split("\t")[0]
         counts[verdict] = counts.get(verdict, 0) + 1
-        print(f"{f.name}\t{out}", flush=True)
+        print(f"{f.stem}\t{line}", flush=True)
     print(" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    return 0
+    return counts
 
 
 if __name__ == "__main__":
