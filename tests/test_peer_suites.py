@@ -332,3 +332,22 @@ def test_next_after_and_a_same_type_bitcast_pass_the_gradient_to_x():
                f"  %1 = stablehlo.bitcast_convert %0 : ({t}) -> {t}\n"
                f"  %2 = stablehlo.multiply %1, %y : {t}\n  return %2 : {t}", t)
     check_module(text, [np.array([0.5, -1.5, 3.0, 1e-3, 2.0]), np.array([1.0, -2.0, -4.0, 0.0, 2.5])])
+
+
+@pytest.mark.parametrize("init", [0.0, 2.0])
+def test_product_window_with_an_init_value_that_is_not_one(init):
+    """reduce_window mul multiplies every window by its init value, and by it again at each
+    padded position (JAX's harness reduce_window_mul, init 0: a zero result whose gradient
+    was not zero)."""
+    t = "tensor<4x6xf64>"
+    text = _fn(f"%x: {t}",
+               f"%i = stablehlo.constant dense<{init}> : tensor<f64>\n"
+               "  %r = \"stablehlo.reduce_window\"(%x, %i) <{window_dimensions = array<i64: 2, 2>,"
+               " padding = dense<[[1, 0], [0, 1]]> : tensor<2x2xi64>}> ({\n"
+               "  ^bb0(%a: tensor<f64>, %b: tensor<f64>):\n"
+               "    %m = stablehlo.multiply %a, %b : tensor<f64>\n"
+               "    stablehlo.return %m : tensor<f64>\n"
+               f"  }}) : ({t}, tensor<f64>) -> tensor<4x6xf64>\n  return %r : tensor<4x6xf64>", "tensor<4x6xf64>")
+    x = np.random.default_rng(7).uniform(0.5, 1.5, (4, 6))
+    x[1, 2] = 0.0
+    check_module(text, [x])
