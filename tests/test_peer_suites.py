@@ -351,3 +351,18 @@ def test_product_window_with_an_init_value_that_is_not_one(init):
     x = np.random.default_rng(7).uniform(0.5, 1.5, (4, 6))
     x[1, 2] = 0.0
     check_module(text, [x])
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_replace_scatter_whose_window_covers_the_operand(n):
+    """scatter (replace) of one update into a 1-element operand, as StableHLO testdata's
+    scatter_float64_1_float64: the update's gradient read 0 (IREE 3.13 wrote the operand's
+    zeroed cotangent into the cotangent argument itself); and a 3-element operand."""
+    t = f"tensor<{n}xf64>"
+    text = _fn(f"%x: {t}, %u: tensor<f64>",
+               "%c = stablehlo.constant dense<0> : tensor<1xi64>\n"
+               "  %0 = \"stablehlo.scatter\"(%x, %c, %u) <{scatter_dimension_numbers = #stablehlo.scatter<"
+               "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0]>, unique_indices = true}> ({\n"
+               "  ^bb0(%a: tensor<f64>, %b: tensor<f64>):\n    stablehlo.return %b : tensor<f64>\n"
+               f"  }}) : ({t}, tensor<1xi64>, tensor<f64>) -> {t}\n  return %0 : {t}", t)
+    check_module(text, [np.arange(2.5, 2.5 + n), np.array(4.25)])

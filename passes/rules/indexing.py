@@ -315,7 +315,11 @@ def _scatter(op, cts):
         return ct, None, _pull(g, hlo.negate(w) if form == "sub" else w, updates)
     if form == "replace":
         won = s.ok if s.unique() else s.winners()
-        dx = s.scatter(ct, hlo.zeros(updates.type), "replace")
+        # ct where no window was written: a mask scattered into ones, not zeros scattered into ct
+        # (IREE 3.13 then wrote into ct's buffer when the windows covered all of it, a 1-element
+        # operand, and the gather of ct below read those zeros: StableHLO testdata scatter_*_1_*)
+        kept = s.scatter(hlo.ones(x.type), hlo.zeros(updates.type), "replace")
+        dx = select(compare(kept, hlo.zeros(x.type), "NE"), ct, hlo.zeros(ct.type))
         return dx, None, _pull(g, select(won, s.gather(ct), hlo.zeros(updates.type)), updates)
     if form in ("max", "min"):
         return _scatter_extremum(s, op.results[0], g, ct)
