@@ -366,3 +366,26 @@ def test_replace_scatter_whose_window_covers_the_operand(n):
                "  ^bb0(%a: tensor<f64>, %b: tensor<f64>):\n    stablehlo.return %b : tensor<f64>\n"
                f"  }}) : ({t}, tensor<1xi64>, tensor<f64>) -> {t}\n  return %0 : {t}", t)
     check_module(text, [np.arange(2.5, 2.5 + n), np.array(4.25)])
+
+
+@pytest.mark.parametrize("second", ["i32 min", "f64 add"])
+def test_variadic_reduce_whose_operands_are_reduced_each_on_its_own(second):
+    """StableHLO testdata's reduce_float64_4_6_int32_4_6 (max of floats beside min of ints, one
+    reduce) was refused; each operand's gradient is its own reduction's."""
+    t2, op2, init2 = ("tensor<4x6xi32>", "minimum", "dense<0> : tensor<i32>") if second == "i32 min" else \
+        ("tensor<4x6xf64>", "add", "dense<0.5> : tensor<f64>")
+    e2 = t2.replace("4x6x", "")
+    r2 = t2.replace("4x6", "6")
+    text = _fn(f"%x: tensor<4x6xf64>, %y: {t2}",
+               "%c = stablehlo.constant dense<3.0> : tensor<f64>\n"
+               f"  %d = stablehlo.constant {init2}\n"
+               f"  %r:2 = stablehlo.reduce(%x init: %c), (%y init: %d) across dimensions = [0] : "
+               f"(tensor<4x6xf64>, {t2}, tensor<f64>, {e2}) -> (tensor<6xf64>, {r2})\n"
+               f"   reducer(%a0: tensor<f64>, %b0: tensor<f64>) (%a1: {e2}, %b1: {e2}) {{\n"
+               "    %m = stablehlo.maximum %a0, %b0 : tensor<f64>\n"
+               f"    %s = stablehlo.{op2} %a1, %b1 : {e2}\n"
+               f"    stablehlo.return %m, %s : tensor<f64>, {e2}\n  }}\n"
+               f"  return %r#0, %r#1 : tensor<6xf64>, {r2}", f"(tensor<6xf64>, {r2})")
+    rng = np.random.default_rng(5)
+    y = rng.integers(-5, 5, (4, 6)).astype(np.int32) if second == "i32 min" else rng.standard_normal((4, 6))
+    check_module(text, [rng.uniform(1.0, 5.0, (4, 6)), y])
