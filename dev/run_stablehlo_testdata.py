@@ -12,7 +12,11 @@ first, so the differences are exact enough to compare).
 ``DIR`` is a checkout's ``stablehlo/testdata`` (``git clone https://github.com/openxla/stablehlo``).
 It prints one line per file (``ok`` / ``forward`` (IREE cannot compile the forward) /
 ``refused`` / ``wrong`` / ``error`` / ``skipped``, with the first line of the reason) and the counts; every
-compile runs in a child process under a 8 GB address-space limit. ``tests/test_peer_suites.py``
+compile runs in a child process under a 8 GB address-space limit. Skipped: no float input or
+result, float16/bfloat16 inputs or complex results (this checker compares float64 differences),
+non-finite forward values, points where one-sided differences disagree (no derivative there),
+``reduce_precision`` (its straight-through gradient is a documented convention) and f32 bitcasts
+(widening changes them). ``tests/test_peer_suites.py``
 holds small programs converted this way (``as_function``).
 """
 from __future__ import annotations
