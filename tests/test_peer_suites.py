@@ -389,3 +389,23 @@ def test_variadic_reduce_whose_operands_are_reduced_each_on_its_own(second):
     rng = np.random.default_rng(5)
     y = rng.integers(-5, 5, (4, 6)).astype(np.int32) if second == "i32 min" else rng.standard_normal((4, 6))
     check_module(text, [rng.uniform(1.0, 5.0, (4, 6)), y])
+
+
+def test_jax_approx_top_k_custom_call():
+    """JAX's approx_top_k on CPU is custom_call @ApproxTopK (JAX's primitive harness: refused as
+    an opaque call); its values are x at the indices it returns, so top_k's gradient."""
+    text = (
+        "module {\n"
+        "  func.func private @gt(%a: tensor<f64>, %b: tensor<f64>, %i: tensor<i32>, %j: tensor<i32>) -> tensor<i1> {\n"
+        "    %0 = stablehlo.compare GT, %a, %b : (tensor<f64>, tensor<f64>) -> tensor<i1>\n"
+        "    return %0 : tensor<i1>\n  }\n"
+        "  func.func public @main(%x: tensor<3x8xf64>) -> (tensor<3x4xf64>, tensor<3x4xi32>) {\n"
+        "    %inf = stablehlo.constant dense<0xFFF0000000000000> : tensor<f64>\n"
+        "    %c = stablehlo.constant dense<-1> : tensor<i32>\n"
+        "    %0 = stablehlo.iota dim = 1 : tensor<3x8xi32>\n"
+        "    %1:2 = stablehlo.custom_call @ApproxTopK(%x, %0, %inf, %c) {called_computations = [@gt], "
+        "mhlo.backend_config = {aggregate_to_topk = true, is_fallback = true, recall_target = 0.95 : f32, "
+        "reduction_dim = 1 : i64, reduction_input_size_override = -1 : i64, top_k = 4 : i64}} : "
+        "(tensor<3x8xf64>, tensor<3x8xi32>, tensor<f64>, tensor<i32>) -> (tensor<3x4xf64>, tensor<3x4xi32>)\n"
+        "    return %1#0, %1#1 : tensor<3x4xf64>, tensor<3x4xi32>\n  }\n}")
+    check_module(text, [np.random.default_rng(3).permutation(24).reshape(3, 8) * 0.5], func="main")
