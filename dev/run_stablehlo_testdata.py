@@ -98,7 +98,8 @@ def _f32_bits_as_f64(digits: str) -> str:
 
 def _to_f64(text: str) -> str:
     """Every f32 type made f64, hex-encoded f32 constants re-encoded (a splat's bits, a
-    tensor's little-endian bytes, the elements of a list)."""
+    tensor's little-endian bytes, the elements of a list), JAX's float32 LAPACK calls renamed
+    (``lapack_strsm_ffi`` -> ``lapack_dtrsm_ffi``)."""
     import numpy as np
 
     def widen(m: re.Match) -> str:
@@ -111,6 +112,7 @@ def _to_f64(text: str) -> str:
     def widen_list(m: re.Match) -> str:
         return "dense<" + _HEX_ELEMENT.sub(lambda e: _f32_bits_as_f64(e.group(1)), m.group(1)) + ">" + m.group(2)
     text = _HEX_LIST.sub(widen_list, _HEX.sub(widen, text))
+    text = re.sub(r"@lapack_s(\w+)", r"@lapack_d\1", re.sub(r"@lapack_c(\w+)", r"@lapack_z\1", text))
     return text.replace("xf32>", "xf64>").replace("<f32>", "<f64>")
 
 
