@@ -12,7 +12,11 @@ first, so the differences are exact enough to compare).
 ``DIR`` is a checkout's ``stablehlo/testdata`` (``git clone https://github.com/openxla/stablehlo``).
 It prints one line per file (``ok`` / ``forward`` (IREE cannot compile the forward) /
 ``refused`` / ``wrong`` / ``error`` / ``skipped``, with the first line of the reason) and the counts; every
-compile runs in a child process under a 8 GB address-space limit. ``tests/test_peer_suites.py``
+compile runs in a child process under a 8 GB address-space limit. Skipped: no float input or
+result, float16/bfloat16 inputs or complex results (this checker compares float64 differences),
+non-finite forward values, points where one-sided differences disagree (no derivative there),
+``reduce_precision`` whose rounding the differences see (its straight-through gradient is a
+documented convention) and f32 bitcasts (widening changes them). ``tests/test_peer_suites.py``
 holds small programs converted this way (``as_function``).
 """
 from __future__ import annotations
@@ -82,10 +86,20 @@ def as_function(text: str, f64: bool = False) -> tuple[str, str]:
 
 
 _HEX = re.compile(r'dense<("?)0x([0-9A-Fa-f]+)"?>(\s*:\s*tensor<[^>]*f32>)')
+_HEX_LIST = re.compile(r'dense<(\[[^<>"]*\])>(\s*:\s*tensor<[^>]*f32>)')  # [[0x7FC00000, 1.0], ...]
+_HEX_ELEMENT = re.compile(r"\b0x([0-9A-Fa-f]{8})\b")
+
+
+def _f32_bits_as_f64(digits: str) -> str:
+    import numpy as np
+    bits = np.array([int(digits, 16)], np.uint32).view(np.float32).astype(np.float64).view(np.uint64)[0]
+    return f"0x{int(bits):016X}"
 
 
 def _to_f64(text: str) -> str:
-    """Every f32 type made f64, hex-encoded f32 constants re-encoded."""
+    """Every f32 type made f64, hex-encoded f32 constants re-encoded (a splat's bits, a
+    tensor's little-endian bytes, the elements of a list), JAX's float32 LAPACK calls renamed
+    (``lapack_strsm_ffi`` -> ``lapack_dtrsm_ffi``)."""
     import numpy as np
 
     def widen(m: re.Match) -> str:
@@ -93,9 +107,13 @@ def _to_f64(text: str) -> str:
         if quote:  # little-endian bytes
             data = np.frombuffer(bytes.fromhex(digits), np.float32).astype("<f8")
             return f'dense<"0x{data.tobytes().hex().upper()}">{m.group(3)}'
-        bits = np.array([int(digits, 16)], np.uint32).view(np.float32).astype(np.float64).view(np.uint64)[0]
-        return f"dense<0x{int(bits):016X}>{m.group(3)}"
-    return _HEX.sub(widen, text).replace("xf32>", "xf64>").replace("<f32>", "<f64>")
+        return f"dense<{_f32_bits_as_f64(digits)}>{m.group(3)}"
+
+    def widen_list(m: re.Match) -> str:
+        return "dense<" + _HEX_ELEMENT.sub(lambda e: _f32_bits_as_f64(e.group(1)), m.group(1)) + ">" + m.group(2)
+    text = _HEX_LIST.sub(widen_list, _HEX.sub(widen, text))
+    text = re.sub(r"@lapack_s(\w+)", r"@lapack_d\1", re.sub(r"@lapack_c(\w+)", r"@lapack_z\1", text))
+    return text.replace("xf32>", "xf64>").replace("<f32>", "<f64>")
 
 
 def read_inputs(inputs_module: str):
@@ -109,32 +127,80 @@ def read_inputs(inputs_module: str):
 
 def check_file(path: Path) -> tuple[str, str]:
     """(verdict, reason) for one testdata file."""
-    import numpy as np
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    import gradcheck
-
     text = path.read_text()
+    if widening_breaks(text):
+        return "skipped", widening_breaks(text)
     try:
         module, inputs = as_function(text, f64=True)
         args = read_inputs(inputs)
     except Exception as error:  # noqa: BLE001 - a verdict, reported per file
         return "skipped", str(error).splitlines()[0] if str(error) else type(error).__name__
+    return check_program(module, args)
+
+
+def widening_breaks(text: str) -> str:
+    """Why widening ``text``'s f32 to f64 changes what it computes ("" if it does not)."""
+    if "stablehlo.bitcast_convert" in text and "f32" in text:
+        return "a bitcast of f32 bits: widened to f64 it reinterprets other bits"
+    return ""
+
+
+def check_program(module: str, args: list) -> tuple[str, str]:
+    """(verdict, reason) for ``@main`` of ``module`` (float64) at ``args``: also the verdict of
+    ``dev/run_jax_harnesses.py`` on programs exported from JAX's primitive harnesses."""
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import gradcheck
+
     if not any(np.asarray(a).dtype.kind == "f" for a in args):
         return "skipped", "no float input"
+    low = [str(a.dtype) for a in map(np.asarray, args) if a.dtype.kind in "fV" and a.dtype.itemsize < 4]
+    if low:
+        return "skipped", f"a {low[0]} input: central differences at that precision are noise"
     try:
         outputs = gradcheck._load(module)["main"].call_flat(*args)
     except Exception as error:  # noqa: BLE001
         return "forward", (str(error).splitlines() or [""])[0]
+    kinds = {np.asarray(o).dtype.kind for o in outputs}
+    if "c" in kinds:
+        return "skipped", "a complex result: tests/complexcheck.py's convention, not this checker's"
+    if "f" not in kinds:
+        return "skipped", "no float result: nothing to differentiate"
     if not all(np.isfinite(np.asarray(o)).all() for o in outputs if np.asarray(o).dtype.kind == "f"):
         return "skipped", "the forward has non-finite values at these inputs: no differences to compare"
+    kinks = _kinks(lambda *a: gradcheck._load(module)["main"].call_flat(*a), args)
+    if kinks:
+        return "skipped", (f"not differentiable at these inputs: one-sided differences disagree at {kinks} "
+                           "elements (a jump or a kink: round at .5, a tie of max)")
     try:
-        gradcheck.check_module(module, args, rtol=1e-5, atol=1e-8)
+        gradcheck.check_module(module, args, func="main", rtol=1e-5, atol=1e-8)
     except AssertionError as error:
+        if "stablehlo.reduce_precision" in module:  # rounding to fewer bits than the step sees
+            return "skipped", "reduce_precision: its documented straight-through gradient (JAX's) is not its derivative (0)"
         return "wrong", str(error).splitlines()[0]
     except Exception as error:  # noqa: BLE001
         first = (str(error).splitlines() or [""])[0]
         return ("refused" if "No adjoint rule" in first else "error"), first
     return "ok", ""
+
+
+def _kinks(forward, args: list, h: float = 1e-7) -> int:
+    """How many float result elements have one-sided differences along a random direction that
+    disagree (beyond 1e-3 relative): points where the function has no derivative, whatever
+    gradient a convention gives there."""
+    import numpy as np
+    rng = np.random.default_rng(1)
+    dirs = [rng.standard_normal(np.shape(a)) if np.asarray(a).dtype.kind == "f" else None for a in args]
+
+    def at(t):
+        return [np.asarray(o) for o in forward(*[a + t * d if d is not None else a for a, d in zip(args, dirs)])]
+    base, plus, minus = at(0.0), at(h), at(-h)
+    count = 0
+    for y, p, m in zip(base, plus, minus):
+        if y.dtype.kind == "f":
+            ahead, behind = (p - y) / h, (y - m) / h
+            count += int(np.sum(np.abs(ahead - behind) > 1e-3 * (1 + np.abs(ahead) + np.abs(behind))))
+    return count
 
 
 def main() -> int:
@@ -146,17 +212,24 @@ def main() -> int:
     for p in options.paths:
         files += sorted(p.glob("*.mlir")) if p.is_dir() else [p]
     files = [f for f in files if re.search(options.match, f.name) and re.search(r"float(32|64)", f.name)]
+    run_children(__file__, files)
+    return 0
+
+
+def run_children(script: str, files: list[Path]) -> dict[str, int]:
+    """``script --one FILE`` for each file, in a child under an 8 GB address-space limit: print
+    each verdict line and the counts; return the counts."""
     counts: dict[str, int] = {}
     for f in files:
-        child = subprocess.run(
-            ["prlimit", "--as=8000000000", sys.executable, __file__, "--one", str(f)],
-            capture_output=True, text=True, timeout=900) if "--one" not in sys.argv else None
-        out = (child.stdout.strip().splitlines() or [f"error\t{(child.stderr.strip().splitlines() or ['crashed'])[-1]}"])[-1]
-        verdict = out.split("\t")[0]
+        child = subprocess.run(["prlimit", "--as=8000000000", sys.executable, script, "--one", str(f)],
+                               capture_output=True, text=True, timeout=900)
+        last = (child.stderr.strip().splitlines() or ["crashed"])[-1]
+        line = (child.stdout.strip().splitlines() or [f"error\t{last}"])[-1]
+        verdict = line.split("\t")[0]
         counts[verdict] = counts.get(verdict, 0) + 1
-        print(f"{f.name}\t{out}", flush=True)
+        print(f"{f.stem}\t{line}", flush=True)
     print(" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    return 0
+    return counts
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from .rules.control_flow import Checkpoints
 from . import memory
 from .transforms.batching import identity, jacobian_rows
 from .transforms.forward import jvp as forward_jvp
+from .lowering.domains import guard_domains
 from .lowering.lapack import rewrite_lapack_calls
 from .ir.mlir import IRError, elem, ir, is_float, parse_module, run_pipeline, shape, tensor_type, verify
 
@@ -189,6 +190,7 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
     if len(blocks) != 1:
         raise IRError(f"@{function_name(func_op)} has {len(blocks)} blocks; only single-block functions are supported")
     block = blocks[0]
+    guard_domains(copy)  # JAX's igamma family: 0, not 0 · NaN, where it is constant
     ret = list(block.operations)[-1].operation
     ret_loc = ret.location
     with ir.InsertionPoint(ret), ir.Location.name(new_name, childLoc=ret_loc):

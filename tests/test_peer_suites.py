@@ -41,17 +41,14 @@ def test_clamp_with_scalar_bounds_min_above_max():
     check_module(text, [np.array(2.0), np.array([-3.0, 0.0, 1.0, 3.0]), np.array(-1.0)])
 
 
-XFAIL_MASKED_NAN = pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, reason=(
     "0 * inf through an untaken select stays NaN, as TensorFlow's own gradients give it (tf.where(x > 0, log(x), 0) "
-    "at x <= 0: tests/fixtures/tf where_gradients_and_nan, log_poisson, atan2 at the origin); a rule-level "
-    "double-where would break those recorded TensorFlow numbers (issue 44: igammac left open)"))
-
-
-@XFAIL_MASKED_NAN
+    "at x <= 0: tests/fixtures/tf where_gradients_and_nan, log_poisson, atan2 at the origin); only JAX's igamma "
+    "family is rewritten into the double-where (passes/lowering/domains.py, tests/test_domain_guards.py)"))
 def test_no_nan_through_the_branch_a_select_did_not_take():
     """where(x > 0, a · log(x), 1): at x <= 0 the result is constant, yet a · log(x) is NaN
-    there; the adjoint of the select sends that branch a zero cotangent, and 0 · NaN must stay
-    0 (the double-where trick, done by the rules: igammac's out-of-domain inputs, issue 44)."""
+    there; the adjoint of the select sends that branch a zero cotangent, and 0 · NaN stays NaN
+    (TensorFlow's numbers): a user who wants 0 writes the double-where."""
     text = _fn("%a: tensor<4xf64>, %x: tensor<4xf64>",
                "%z = stablehlo.constant dense<0.0> : tensor<4xf64>\n"
                "  %one = stablehlo.constant dense<1.0> : tensor<4xf64>\n"
@@ -67,7 +64,6 @@ def test_no_nan_through_the_branch_a_select_did_not_take():
 FIXTURES = Path(__file__).parent / "fixtures" / "peers"
 
 
-@XFAIL_MASKED_NAN
 def test_igammac_across_its_domain_has_finite_gradients():
     """JAX's igammac is 1 (a constant) where a <= 0 or x <= 0; its expansion still computes
     log(x), lgamma(a) and two continued fractions there, whose NaNs used to reach the gradient
@@ -311,9 +307,11 @@ def test_testdata_runner_checks_a_stablehlo_testdata_file():
     assert runner._to_f64("dense<0x7F800000> : tensor<f32>") == "dense<0x7FF0000000000000> : tensor<f64>"
     assert runner._to_f64('dense<"0x0000803F000000C0"> : tensor<2xf32>') == \
         'dense<"0x000000000000F03F00000000000000C0"> : tensor<2xf64>'
+    # and a list's hex elements (max's NaN / inf inputs: left as f32 bits they read as tiny f64s)
+    assert runner._to_f64("dense<[[0x7FC00000, 1.5]]> : tensor<1x2xf32>") == \
+        "dense<[[0x7FF8000000000000, 1.5]]> : tensor<1x2xf64>"
 
 
-@XFAIL_MASKED_NAN
 def test_igammac_with_a_broadcast_argument():
     """The broadcast case (a: 1x6 against x: 2x6): each a sums the derivatives of its column, where
     one NaN from an out-of-domain x used to hide the finite ones. (No x = 1: the series and the
@@ -322,3 +320,92 @@ def test_igammac_with_a_broadcast_argument():
     a = np.array([[-1.3, 0.6, 2.5, 1.7, 3.2, 0.9]])
     x = np.array([[0.8, -1.1, 1.9, 3.0, -0.5, 2.2], [2.2, 1.4, -0.3, 5.5, 0.15, 1.2]])
     check_module(text, [a, x])
+
+
+def test_next_after_and_a_same_type_bitcast_pass_the_gradient_to_x():
+    """next_after(x, y) is x plus one ulp towards y (derivative 1 in x, 0 in y almost
+    everywhere: StableHLO testdata's nextafter cases had 0); a bitcast to its own type is the
+    identity (JAX's harness bitcast_convert_type float32 -> float32 had 0)."""
+    t = "tensor<5xf64>"
+    text = _fn(f"%x: {t}, %y: {t}",
+               f"%0 = chlo.next_after %x, %y : {t}, {t} -> {t}\n"
+               f"  %1 = stablehlo.bitcast_convert %0 : ({t}) -> {t}\n"
+               f"  %2 = stablehlo.multiply %1, %y : {t}\n  return %2 : {t}", t)
+    check_module(text, [np.array([0.5, -1.5, 3.0, 1e-3, 2.0]), np.array([1.0, -2.0, -4.0, 0.0, 2.5])])
+
+
+@pytest.mark.parametrize("init", [0.0, 2.0])
+def test_product_window_with_an_init_value_that_is_not_one(init):
+    """reduce_window mul multiplies every window by its init value, and by it again at each
+    padded position (JAX's harness reduce_window_mul, init 0: a zero result whose gradient
+    was not zero)."""
+    t = "tensor<4x6xf64>"
+    text = _fn(f"%x: {t}",
+               f"%i = stablehlo.constant dense<{init}> : tensor<f64>\n"
+               "  %r = \"stablehlo.reduce_window\"(%x, %i) <{window_dimensions = array<i64: 2, 2>,"
+               " padding = dense<[[1, 0], [0, 1]]> : tensor<2x2xi64>}> ({\n"
+               "  ^bb0(%a: tensor<f64>, %b: tensor<f64>):\n"
+               "    %m = stablehlo.multiply %a, %b : tensor<f64>\n"
+               "    stablehlo.return %m : tensor<f64>\n"
+               f"  }}) : ({t}, tensor<f64>) -> tensor<4x6xf64>\n  return %r : tensor<4x6xf64>", "tensor<4x6xf64>")
+    x = np.random.default_rng(7).uniform(0.5, 1.5, (4, 6))
+    x[1, 2] = 0.0
+    check_module(text, [x])
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_replace_scatter_whose_window_covers_the_operand(n):
+    """scatter (replace) of one update into a 1-element operand, as StableHLO testdata's
+    scatter_float64_1_float64: the update's gradient read 0 (IREE 3.13 wrote the operand's
+    zeroed cotangent into the cotangent argument itself); and a 3-element operand."""
+    t = f"tensor<{n}xf64>"
+    text = _fn(f"%x: {t}, %u: tensor<f64>",
+               "%c = stablehlo.constant dense<0> : tensor<1xi64>\n"
+               "  %0 = \"stablehlo.scatter\"(%x, %c, %u) <{scatter_dimension_numbers = #stablehlo.scatter<"
+               "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0]>, unique_indices = true}> ({\n"
+               "  ^bb0(%a: tensor<f64>, %b: tensor<f64>):\n    stablehlo.return %b : tensor<f64>\n"
+               f"  }}) : ({t}, tensor<1xi64>, tensor<f64>) -> {t}\n  return %0 : {t}", t)
+    check_module(text, [np.arange(2.5, 2.5 + n), np.array(4.25)])
+
+
+@pytest.mark.parametrize("second", ["i32 min", "f64 add"])
+def test_variadic_reduce_whose_operands_are_reduced_each_on_its_own(second):
+    """StableHLO testdata's reduce_float64_4_6_int32_4_6 (max of floats beside min of ints, one
+    reduce) was refused; each operand's gradient is its own reduction's."""
+    t2, op2, init2 = ("tensor<4x6xi32>", "minimum", "dense<0> : tensor<i32>") if second == "i32 min" else \
+        ("tensor<4x6xf64>", "add", "dense<0.5> : tensor<f64>")
+    e2 = t2.replace("4x6x", "")
+    r2 = t2.replace("4x6", "6")
+    text = _fn(f"%x: tensor<4x6xf64>, %y: {t2}",
+               "%c = stablehlo.constant dense<3.0> : tensor<f64>\n"
+               f"  %d = stablehlo.constant {init2}\n"
+               f"  %r:2 = stablehlo.reduce(%x init: %c), (%y init: %d) across dimensions = [0] : "
+               f"(tensor<4x6xf64>, {t2}, tensor<f64>, {e2}) -> (tensor<6xf64>, {r2})\n"
+               f"   reducer(%a0: tensor<f64>, %b0: tensor<f64>) (%a1: {e2}, %b1: {e2}) {{\n"
+               "    %m = stablehlo.maximum %a0, %b0 : tensor<f64>\n"
+               f"    %s = stablehlo.{op2} %a1, %b1 : {e2}\n"
+               f"    stablehlo.return %m, %s : tensor<f64>, {e2}\n  }}\n"
+               f"  return %r#0, %r#1 : tensor<6xf64>, {r2}", f"(tensor<6xf64>, {r2})")
+    rng = np.random.default_rng(5)
+    y = rng.integers(-5, 5, (4, 6)).astype(np.int32) if second == "i32 min" else rng.standard_normal((4, 6))
+    check_module(text, [rng.uniform(1.0, 5.0, (4, 6)), y])
+
+
+def test_jax_approx_top_k_custom_call():
+    """JAX's approx_top_k on CPU is custom_call @ApproxTopK (JAX's primitive harness: refused as
+    an opaque call); its values are x at the indices it returns, so top_k's gradient."""
+    text = (
+        "module {\n"
+        "  func.func private @gt(%a: tensor<f64>, %b: tensor<f64>, %i: tensor<i32>, %j: tensor<i32>) -> tensor<i1> {\n"
+        "    %0 = stablehlo.compare GT, %a, %b : (tensor<f64>, tensor<f64>) -> tensor<i1>\n"
+        "    return %0 : tensor<i1>\n  }\n"
+        "  func.func public @main(%x: tensor<3x8xf64>) -> (tensor<3x4xf64>, tensor<3x4xi32>) {\n"
+        "    %inf = stablehlo.constant dense<0xFFF0000000000000> : tensor<f64>\n"
+        "    %c = stablehlo.constant dense<-1> : tensor<i32>\n"
+        "    %0 = stablehlo.iota dim = 1 : tensor<3x8xi32>\n"
+        "    %1:2 = stablehlo.custom_call @ApproxTopK(%x, %0, %inf, %c) {called_computations = [@gt], "
+        "mhlo.backend_config = {aggregate_to_topk = true, is_fallback = true, recall_target = 0.95 : f32, "
+        "reduction_dim = 1 : i64, reduction_input_size_override = -1 : i64, top_k = 4 : i64}} : "
+        "(tensor<3x8xf64>, tensor<3x8xi32>, tensor<f64>, tensor<i32>) -> (tensor<3x4xf64>, tensor<3x4xi32>)\n"
+        "    return %1#0, %1#1 : tensor<3x4xf64>, tensor<3x4xi32>\n  }\n}")
+    check_module(text, [np.random.default_rng(3).permutation(24).reshape(3, 8) * 0.5], func="main")

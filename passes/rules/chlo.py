@@ -188,14 +188,28 @@ def _conj(op, cts):
 COMPLEX_AWARE.add("chlo.conj")
 
 
-nondifferentiable("chlo.is_inf", "chlo.is_neg_inf", "chlo.is_pos_inf", "chlo.next_after")
+nondifferentiable("chlo.is_inf", "chlo.is_neg_inf", "chlo.is_pos_inf")
 
-# Bit-level reinterpretation (JAX's random bits -> floats); see elementwise.py for the others.
-nondifferentiable("stablehlo.bitcast_convert")
+
+@adjoint("chlo.next_after")
+def _next_after(op, cts):
+    """dx = ct, dy = none: next_after(x, y) is x plus a step of one ulp towards y, a step that
+    is constant between powers of two, so its derivative is 1 in x and 0 in y almost everywhere
+    (central differences see exactly that; JAX defines none)"""
+    return (cts[0], None)
+
+
+@adjoint("stablehlo.bitcast_convert")
+def _bitcast_convert(op, cts):
+    """dx = ct where the element type stays (a bitcast to the same type is the identity); none
+    for a reinterpretation of the bits as another type (JAX's random bits -> floats): the value
+    it gives is no differentiable function of its operand"""
+    x, y = op.operands[0], op.results[0]
+    return (cts[0] if x.type == y.type else None,)
 
 tangent("chlo.square", "chlo.erfc", "chlo.sinh", "chlo.cosh", "chlo.asin", "chlo.acos", "chlo.atan", "chlo.asinh",
         "chlo.acosh", "chlo.atanh", "chlo.lgamma", "chlo.erf_inv", "chlo.digamma", "chlo.polygamma",
-        "chlo.zeta", "chlo.bessel_i1e")(diagonal)
+        "chlo.zeta", "chlo.bessel_i1e", "chlo.next_after", "stablehlo.bitcast_convert")(diagonal)
 tangent("chlo.conj")(linear)  # t(conj z) = conj(t z)
 
 

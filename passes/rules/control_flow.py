@@ -891,8 +891,12 @@ def _while_adjoint(op, cts) -> Sequence[ir.Value | None]:
 
 @adjoint("stablehlo.custom_call")
 def _custom_call(op, cts):
-    """opaque to irgrad: no adjoint (LookupError naming the call target)"""
+    """opaque to irgrad: no adjoint (LookupError naming the call target); JAX's ApproxTopK
+    as top_k (indexing.py)"""
     target = hlo.read_str(op, "call_target_name")
+    if target == "ApproxTopK":
+        from .indexing import approx_top_k  # indexing imports this module
+        return approx_top_k(op, cts)
     raise missing(op, f" (call target @{target})")
 
 

@@ -315,7 +315,11 @@ def _scatter(op, cts):
         return ct, None, _pull(g, hlo.negate(w) if form == "sub" else w, updates)
     if form == "replace":
         won = s.ok if s.unique() else s.winners()
-        dx = s.scatter(ct, hlo.zeros(updates.type), "replace")
+        # ct where no window was written: a mask scattered into ones, not zeros scattered into ct
+        # (IREE 3.13 then wrote into ct's buffer when the windows covered all of it, a 1-element
+        # operand, and the gather of ct below read those zeros: StableHLO testdata scatter_*_1_*)
+        kept = s.scatter(hlo.ones(x.type), hlo.zeros(updates.type), "replace")
+        dx = select(compare(kept, hlo.zeros(x.type), "NE"), ct, hlo.zeros(ct.type))
         return dx, None, _pull(g, select(won, s.gather(ct), hlo.zeros(updates.type)), updates)
     if form in ("max", "min"):
         return _scatter_extremum(s, op.results[0], g, ct)
@@ -504,8 +508,26 @@ def _sort(op, cts):
 @adjoint("chlo.top_k")
 def _top_k(op, cts):
     """d x = ct of the values scatter-added at their indices along the last axis"""
-    ct = cts[0]
-    x, indices = op.operands[0], op.results[1]
+    return (_scatter_at_last_axis(op.operands[0], op.results[1], cts[0]),)
+
+
+def approx_top_k(op: ir.Operation, cts) -> tuple:
+    """JAX's ``approx_top_k`` (``custom_call @ApproxTopK(x, iota, init value, init index)``): the
+    values it returns are ``x`` at the indices it returns, approximate selection or not, so
+    ``d x`` is their cotangent scattered back there, as for ``top_k``; the iota and the init
+    values get none."""
+    config = ir.DictAttr(op.attributes["mhlo.backend_config"]) if "mhlo.backend_config" in op.attributes else None
+    x = op.operands[0]
+    if config is None or "reduction_dim" not in config or len(op.operands) != 4 or len(op.results) != 2 \
+            or ir.IntegerAttr(config["reduction_dim"]).value not in (-1, len(shape(x)) - 1):
+        raise missing(op, " (call target @ApproxTopK) of several operands or along an axis other than the last")
+    if cts[0] is None:
+        return (None,) * 4
+    return _scatter_at_last_axis(x, op.results[1], cts[0]), None, None, None
+
+
+def _scatter_at_last_axis(x: ir.Value, indices: ir.Value, ct: ir.Value) -> ir.Value:
+    """``ct`` (indices-shaped) scatter-added into zeros like ``x`` at ``indices`` along the last axis."""
     n = shape(x)[-1]
     rows, k = _size(x) // n, shape(indices)[-1]
     flat_idx = hlo.reshape(indices, [rows, k])
@@ -513,7 +535,7 @@ def _top_k(op, cts):
     where = hlo.reshape(hlo.add(flat_idx, offset), [rows * k, 1])
     flat = hlo.scatter(hlo.zeros(tensor_type([rows * n], elem(x))), where, hlo.reshape(ct, [rows * k]),
                        {"inserted_window_dims": [0], "scatter_dims_to_operand_dims": [0], "index_vector_dim": 1})
-    return (hlo.reshape(flat, shape(x)),)
+    return hlo.reshape(flat, shape(x))
 
 
 def is_selection(op: ir.Operation, n: int) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..ir import hlo
 from ..ir.hlo import broadcast_in_dim, compare, divide, multiply, select, splat
-from ..ir.mlir import elem, ir, shape
+from ..ir.mlir import elem, ir, is_float, shape
 from .indexing import selection_reduce
 from ..transforms.forward import by_transposition, linear
 from ..transforms.batching import Batcher, MissingBatchingRule, plus1, remake
@@ -47,17 +47,43 @@ def _kept(op: ir.Operation, rank: int) -> tuple[list[int], list[int]]:
     return dims, [d for d in range(rank) if d not in dims]
 
 
+def decoupled_kinds(op: ir.Operation) -> list[str] | None:
+    """For a reduce of several operands whose body reduces each operand on its own (JAX's
+    reduce of (max of floats, min of ints)): each operand's add/mul/max/min; else None."""
+    n = len(op.results)
+    block = op.regions[0].blocks[0]
+    args, body = list(block.arguments), list(block.operations)
+    if n < 2 or len(body) != n + 1:
+        return None
+    kinds = []
+    for k, v in enumerate(body[-1].operands):
+        combine = v.owner if isinstance(v, ir.OpResult) else None
+        if combine is None or set(combine.operands) != {args[k], args[n + k]} or combine.name not in _BODY_KINDS:
+            return None
+        kinds.append(_BODY_KINDS[combine.name])
+    return kinds
+
+
 @adjoint("stablehlo.reduce")
 def _reduce(op, cts):
-    """add: dx = broadcast(ct); max/min: ct split among ties; mul: product of the others"""
+    """add: dx = broadcast(ct); max/min: ct split among ties; mul: product of the others;
+    several operands reduced each on its own: each so"""
+    n = len(op.results)
+    kinds = decoupled_kinds(op)
+    if kinds is not None:
+        grads = [_reduce_one(kinds[k], op, op.operands[k], op.operands[n + k], op.results[k], cts[k])
+                 if cts[k] is not None and is_float(op.operands[k]) else (None, None) for k in range(n)]
+        return (*[g[0] for g in grads], *[g[1] for g in grads])
     if len(op.operands) > 2:  # several operands: an argmax-style selection (indexing.py)
         return selection_reduce(op, cts)
     kind = reduce_kind(op)
     if kind is None:
         raise missing(op, " with this reduction body")
-    (ct,) = cts
-    x, init = op.operands
-    y = op.results[0]
+    return _reduce_one(kind, op, *op.operands, op.results[0], cts[0])
+
+
+def _reduce_one(kind: str, op: ir.Operation, x: ir.Value, init: ir.Value, y: ir.Value, ct: ir.Value):
+    """(d x, d init) of ``y``, the reduction ``kind`` of ``x`` from ``init`` over ``op``'s dimensions."""
     dims, kept = _kept(op, len(shape(x)))
     spread = lambda v: hlo.broadcast_like(v, x, kept)  # noqa: E731
     need_init = not _is_constant(init)

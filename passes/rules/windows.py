@@ -27,7 +27,8 @@ Notation: the operand padded and dilated as the op does it is ``xp``; window
   and ``z_w`` its number of zeros, ``d x = T(ct * P * [z == 0]) / x`` where
   ``x != 0`` and ``T(ct * P * [z == 1])`` where ``x == 0``.
 
-The init value must be a constant (it is the identity in JAX's modules).
+The init value must be a constant (the identity in most of JAX's modules; a product window
+multiplies by it, once and once per padded position).
 """
 from __future__ import annotations
 
@@ -133,12 +134,23 @@ def _spread(ct: ir.Value, x_shape, geometry: Windows) -> ir.Value:
     return window_sum(lambda tap, start: window_slice(padded, start, size), x_shape, geometry, elem(ct))
 
 
-def _window_product(x: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
-    """d x of a product window (exact where x has zeros)"""
+def _window_product(x: ir.Value, init: ir.Value, ct: ir.Value, w: Window) -> ir.Value:
+    """d x of a product window (exact where x has zeros). The init value is a factor of every
+    window, once and once more per padded position (reduce_window pads with it): the product of
+    the nonzero elements is taken with the same init and padding (JAX's harness with init 0:
+    the result is 0 whatever x is, and so is its gradient)."""
     zero, one = hlo.zeros(x.type), hlo.ones(x.type)
     is_zero = hlo.compare(x, zero, "EQ")
     zeros = hlo.reduce_window(hlo.select(is_zero, one, zero), _scalar_zero(x), "add", *w.args())
     nonzero = hlo.reduce_window(hlo.select(is_zero, one, x), hlo.ones(tensor_type([], elem(x))), "mul", *w.args())
+    if hlo.scalar_constant(_through_reshapes(init)) != 1:
+        # init^(1 + padded positions) per window: a window count's power (the same product with
+        # this init as its own init made IREE 3.13 fail: "'stream.yield' op used resource not
+        # listed in explicit captures", once the JVP was in the module too)
+        size = hlo.like(float(np.prod(w.dims)) + 1.0, nonzero)
+        inside = hlo.reduce_window(one, _scalar_zero(x), "add", *w.args())
+        factor = hlo.broadcast_in_dim(hlo.reshape(init, []), shape(nonzero), [])
+        nonzero = hlo.multiply(nonzero, hlo.binary("stablehlo.power", factor, hlo.subtract(size, inside)))
     weighted = hlo.multiply(ct, nonzero)
     none_zero = hlo.select(hlo.compare(zeros, hlo.zeros(zeros.type), "EQ"), weighted, hlo.zeros(ct.type))
     one_zero = hlo.select(hlo.compare(zeros, hlo.ones(zeros.type), "EQ"), weighted, hlo.zeros(ct.type))
@@ -328,7 +340,7 @@ def _reduce_window(op, cts):
             return _spread(ct, shape(x), w.geometry()), None
         return transposed_window_sum(ct, shape(x), w), None
     if kind == "mul":
-        return _window_product(x, ct, w), None
+        return _window_product(x, init, ct, w), None
     if pool_by_patches(w.dims, w.base):
         return _patch_winner(x, init, ct, w.geometry(), op.results[0]), None
     return _argwindow(x, init, ct, kind, w), None
