@@ -887,19 +887,6 @@ def _while_adjoint(op, cts) -> Sequence[ir.Value | None]:
     return (*[d_carry.get(k) for k in range(m)], *[d_captured.get(v) for v in captured])
 
 
-# ----- opaque calls --------------------------------------------------------------------
-
-@adjoint("stablehlo.custom_call")
-def _custom_call(op, cts):
-    """opaque to irgrad: no adjoint (LookupError naming the call target); JAX's ApproxTopK
-    as top_k (indexing.py)"""
-    target = hlo.read_str(op, "call_target_name")
-    if target == "ApproxTopK":
-        from .indexing import approx_top_k  # indexing imports this module
-        return approx_top_k(op, cts)
-    raise missing(op, f" (call target @{target})")
-
-
 # ----- tangents ------------------------------------------------------------------------
 #
 # A region op's tangent is the same region op carrying the tangents too: each region is

@@ -670,3 +670,15 @@ def _dynamic_update_slice_batched(b: Batcher, op):
         raise MissingBatchingRule(op, "batched start indices")
     zero = hlo.splat(0, starts[0].type)
     return b.mark([hlo.dynamic_update_slice(b.lift(x), b.lift(update), [zero, *starts])])
+
+
+# ----- opaque calls --------------------------------------------------------------------
+
+@adjoint("stablehlo.custom_call")
+def _custom_call(op, cts):
+    """opaque to irgrad: no adjoint (LookupError naming the call target); JAX's ApproxTopK
+    as top_k"""
+    target = hlo.read_str(op, "call_target_name")
+    if target == "ApproxTopK":
+        return approx_top_k(op, cts)
+    raise missing(op, f" (call target @{target})")
