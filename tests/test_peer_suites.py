@@ -312,6 +312,27 @@ def test_testdata_runner_checks_a_stablehlo_testdata_file():
         "dense<[[0x7FF8000000000000, 1.5]]> : tensor<1x2xf64>"
 
 
+def test_testdata_runner_compiles_the_gradient_of_a_program_it_cannot_widen():
+    """A program with a bitcast of f32 bits (JAX's random bits, random_gamma's loop) is not
+    widened to f64 for the checker; its gradient as written must still compile."""
+    import importlib.util
+    path = Path(__file__).parents[1] / "dev" / "run_stablehlo_testdata.py"
+    spec = importlib.util.spec_from_file_location("run_stablehlo_testdata", path)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    text = """func.func public @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %b = stablehlo.bitcast_convert %x : (tensor<3xf32>) -> tensor<3xi32>
+  %c = stablehlo.bitcast_convert %b : (tensor<3xi32>) -> tensor<3xf32>
+  %y = stablehlo.multiply %c, %x : tensor<3xf32>
+  return %y : tensor<3xf32>
+}"""
+    verdict, reason = runner.as_written(text)
+    assert verdict == "skipped" and reason == ("a bitcast of f32 bits: widened to f64 it reinterprets other bits "
+                                               "(its f32 gradient, as written, compiles)")
+    broken = text.replace("stablehlo.multiply %c, %x", "stablehlo.multiply %c, %b")  # i32 · f32: no forward
+    assert runner.as_written(broken)[0] == "forward"
+
+
 def test_igammac_with_a_broadcast_argument():
     """The broadcast case (a: 1x6 against x: 2x6): each a sums the derivatives of its column, where
     one NaN from an out-of-domain x used to hide the finite ones. (No x = 1: the series and the
