@@ -438,10 +438,22 @@ def _dynamic_update_slice(op, cts):
     x, update, *starts = op.operands
     if hlo.is_static(update):
         d_update = hlo.dynamic_slice(ct, starts, shape(update))  # read before ct's window is zeroed
+        if _written(x) or _written(ct):
+            # A chain of writes (a scan's output, unrolled: a checkpointed loop's segment)
+            # zeroes ct window by window while the windows read off it are used later: IREE
+            # 3.13 reads a slice lazily, so it copied the whole of ct before each zeroing
+            # (17 copies of 16 MiB per segment of the 256-step scan MLP, benchmarks/
+            # bench_memory.py). Behind a barrier the window is its own buffer, ct zeroed in place.
+            (d_update,) = hlo.optimization_barrier([d_update])
     else:
         d_update = _window_at_run_time(op, ct)
     dx = hlo.dynamic_update_slice(ct, hlo.zeros_like(update), starts)
     return (dx, d_update, *[None] * len(starts))
+
+
+def _written(v: ir.Value) -> bool:
+    """Whether ``v`` is the result of a ``dynamic_update_slice``."""
+    return isinstance(v, ir.OpResult) and v.owner.operation.name == "stablehlo.dynamic_update_slice"
 
 
 def _window_at_run_time(op: ir.Operation, ct: ir.Value) -> ir.Value:
