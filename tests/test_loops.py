@@ -433,6 +433,23 @@ def test_a_scans_reverse_loop_carries_no_tape():
     check_module(text, args)
 
 
+@DEFAULT_IR
+def test_a_checkpointed_scans_segments_read_the_output_cotangent_behind_barriers():
+    """The same scan with √128 checkpoints: each unrolled 12-step segment's reverse zeroes the
+    rows of ys' cotangent it reads. The rows read go behind an optimization_barrier (IREE 3.13
+    reads a slice lazily and copied the whole cotangent before each zeroing: 17 copies of
+    16 MiB per segment of benchmarks/bench_memory.py's scan_mlp); the gradient is unchanged."""
+    n = 128
+    text = _scan_lstm(n)
+    grad = passes.differentiate(text, "main", loop_checkpoints="sqrt")
+    assert "irgrad.segment" in grad
+    assert grad[grad.index("@main_grad("):].count("stablehlo.optimization_barrier") >= 12
+    assert "stablehlo.optimization_barrier" not in passes.differentiate(text, "main")
+    rng = np.random.default_rng(3)
+    args = [rng.normal(size=(n, 2, 3)) * 0.5, rng.normal(size=(3, 8)) * 0.4, rng.normal(size=(2, 8)) * 0.4]
+    check_module(text, args, loop_checkpoints="sqrt")
+
+
 # ----- a cond inside a loop, in both forms (issue 40) ---------------------------------------------
 
 def alternate(x, limit):
