@@ -39,6 +39,10 @@ def _bitcast(v: ir.Value, element: ir.Type) -> ir.Value:
                                operands=[v]).result
 
 
+def _cast(values: Sequence[ir.Value], flagged: Sequence[bool], to: Sequence[ir.Type]) -> list[ir.Value]:
+    return [_bitcast(v, t) if f else v for v, f, t in zip(values, flagged, to)]
+
+
 def signless_dimension_sizes(module: ir.Module) -> int:
     """Give every ``get_dimension_size`` of an unsigned tensor a signless one of the same
     shape to read; returns the number of ops changed."""
@@ -62,16 +66,13 @@ def signless_loop_carries(module: ir.Module) -> int:
         flagged = [_unsigned(v) and not hlo.is_static(v) for v in op.operands]
         unsigned = [elem(v) for v in op.operands]
         signless = [_signless(e) if f else e for f, e in zip(flagged, unsigned)]
-
-        def cast(values: Sequence[ir.Value], to: Sequence[ir.Type]) -> list[ir.Value]:
-            return [_bitcast(v, t) if f else v for v, f, t in zip(values, flagged, to)]
         with ir.InsertionPoint(op), op.location:
-            loop, cond, body = hlo.while_(cast(list(op.operands), signless))
+            loop, cond, body = hlo.while_(_cast(list(op.operands), flagged, signless))
             for index, block in enumerate((cond, body)):
                 with ir.InsertionPoint(block):
-                    outs = inline_region(op, index, cast(list(block.arguments), unsigned))
-                    hlo.return_(outs if index == 0 else cast(outs, signless), "stablehlo.return")
-            results = cast(list(loop.results), unsigned)
+                    outs = inline_region(op, index, _cast(list(block.arguments), flagged, unsigned))
+                    hlo.return_(outs if index == 0 else _cast(outs, flagged, signless), "stablehlo.return")
+            results = _cast(list(loop.results), flagged, unsigned)
         for old, new in zip(op.results, results):
             old.replace_all_uses_with(new)
         op.erase()
