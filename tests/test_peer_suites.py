@@ -467,3 +467,20 @@ def test_unsigned_dynamic_reproducers_run_through_irgrad():
     row = np.array([[[2**32 - 1, 7]]], np.uint32)
     got = np.asarray(loop.call_flat(np.int32(3), x, row)[0])
     np.testing.assert_array_equal(got, np.concatenate([row[0], x[1:]]))
+
+
+def test_random_gamma_gradient():
+    """JAX 0.10's random_gamma (its primitive harness, float32, kept verbatim): a Marsaglia–Tsang
+    rejection sampler, a data-dependent ``while`` holding another (the normal draw), carrying its
+    PRNG key (ui32). Its gradient records the key in a run-time-sized tape, which IREE 3.13 did
+    not compile (unsigned_dynamic.py), then failed stream partitioning on the recording loop
+    (reverse_loops.py). The program bitcasts f32 bits, so it cannot be widened to f64: checked
+    against central differences over its f32 input (a step of 1e-2 moves it by exact f32
+    multiples of its ulp, 4.8e-7, and its f64 result keeps the differences exact to ~1e-5),
+    on the sampler's path: the key is fixed, and the step changes no accept/reject decision.
+    JAX's own value is not the reference: it differentiates random_gamma implicitly (through
+    igamma), not along the sampler's path."""
+    text = (FIXTURES / "random_gamma_float32.mlir").read_text()
+    alpha = [np.float32(5.292157)]  # the harness's input
+    check_module(text, alpha, func="main", jvp=False, eps=1e-2, rtol=1e-3, atol=1e-6)
+    check_module(text, alpha, func="main", jvp=False, eps=1e-2, rtol=1e-3, atol=1e-6, loop_checkpoints="sqrt")
