@@ -430,3 +430,57 @@ def test_jax_approx_top_k_custom_call():
         "(tensor<3x8xf64>, tensor<3x8xi32>, tensor<f64>, tensor<i32>) -> (tensor<3x4xf64>, tensor<3x4xi32>)\n"
         "    return %1#0, %1#1 : tensor<3x4xf64>, tensor<3x4xi32>\n  }\n}")
     check_module(text, [np.random.default_rng(3).permutation(24).reshape(3, 8) * 0.5], func="main")
+
+
+_UNSIGNED_BUGS = {"iree313_unsigned_dimension_size": "failed to legalize operation 'tensor.dim'",
+                  "iree313_unsigned_loop_carry": "failed to legalize unresolved materialization"}
+
+
+@pytest.mark.xfail(strict=True, raises=CompileError,
+                   reason="IREE 3.13 upstream bug: an unsigned tensor of run-time shape (the tape of a PRNG key) "
+                          "fails to compile where the same tensor over i32 compiles; irgrad's lowering "
+                          "(unsigned_dynamic.py) avoids it")
+@pytest.mark.parametrize("name", sorted(_UNSIGNED_BUGS))
+def test_iree313_unsigned_dynamic_reproducers(name):
+    """IREE alone, nothing differentiated or legalized."""
+    from iree.compiler import compile_str
+    text = (Path(__file__).parent / "fixtures" / f"{name}.mlir").read_text()
+    compile_str(text.replace("ui32", "i32"), target_backends=["llvm-cpu"], input_type="stablehlo",
+                extra_args=["--iree-llvmcpu-target-cpu=generic"])  # the same over i32: IREE takes it
+    try:
+        compile_str(text, target_backends=["llvm-cpu"], input_type="stablehlo",
+                    extra_args=["--iree-llvmcpu-target-cpu=generic"])
+    except Exception as error:
+        if _UNSIGNED_BUGS[name] not in str(error):
+            raise  # another failure: not the one this test records
+        raise CompileError(str(error)) from None
+
+
+def test_unsigned_dynamic_reproducers_run_through_irgrad():
+    """The same modules through irgrad's lowering: the size read off a signless bitcast, the loop
+    carrying the bits signless; values at the top of the ui32 range come back unchanged."""
+    fixtures = Path(__file__).parent / "fixtures"
+    x = np.arange(6, dtype=np.uint32).reshape(3, 2) + np.uint32(2**31 - 2)
+    size = ig.compile((fixtures / "iree313_unsigned_dimension_size.mlir").read_text()).load()["f"]
+    assert int(np.asarray(size.call_flat(x)[0])) == 3
+    loop = ig.compile((fixtures / "iree313_unsigned_loop_carry.mlir").read_text()).load()["f"]
+    row = np.array([[[2**32 - 1, 7]]], np.uint32)
+    got = np.asarray(loop.call_flat(np.int32(3), x, row)[0])
+    np.testing.assert_array_equal(got, np.concatenate([row[0], x[1:]]))
+
+
+def test_random_gamma_gradient():
+    """JAX 0.10's random_gamma (its primitive harness, float32, kept verbatim): a Marsaglia–Tsang
+    rejection sampler, a data-dependent ``while`` holding another (the normal draw), carrying its
+    PRNG key (ui32). Its gradient records the key in a run-time-sized tape, which IREE 3.13 did
+    not compile (unsigned_dynamic.py), then failed stream partitioning on the recording loop
+    (reverse_loops.py). The program bitcasts f32 bits, so it cannot be widened to f64: checked
+    against central differences over its f32 input (a step of 1e-2 moves it by exact f32
+    multiples of its ulp, 4.8e-7, and its f64 result keeps the differences exact to ~1e-5),
+    on the sampler's path: the key is fixed, and the step changes no accept/reject decision.
+    JAX's own value is not the reference: it differentiates random_gamma implicitly (through
+    igamma), not along the sampler's path."""
+    text = (FIXTURES / "random_gamma_float32.mlir").read_text()
+    alpha = [np.float32(5.292157)]  # the harness's input
+    check_module(text, alpha, func="main", jvp=False, eps=1e-2, rtol=1e-3, atol=1e-6)
+    check_module(text, alpha, func="main", jvp=False, eps=1e-2, rtol=1e-3, atol=1e-6, loop_checkpoints="sqrt")

@@ -24,6 +24,10 @@
   legalize operation 'stablehlo.dynamic_update_slice'"). It becomes the ``scatter`` that
   writes the same window, its starts clamped as ``dynamic_update_slice`` clamps them.
 
+* ``stablehlo.get_dimension_size`` of an unsigned tensor (a tape of a PRNG key): IREE 3.13
+  fails to legalize its ``tensor.dim``; it reads the size of the same bits as a signless
+  integer (``unsigned_sizes.py``).
+
 * ``stablehlo.scatter`` with a window IREE 3.13 cannot lower (partial along a dimension that
   is not indexed, or wider than 1 along an indexed one: "'iree_linalg_ext.scatter' op shape of
   update value dim#2 must match original value at dim#1"): the same scatter of single
@@ -70,6 +74,7 @@ from .lapack import rewrite_lapack_calls
 from .reverse_loops import barrier_reverse_loops
 from ..rules.linalg import lower_cholesky, lower_triangular_solve
 from ..rules.spectral import lower_complex_pad, lower_fft
+from .unsigned_dynamic import signless_dimension_sizes, signless_loop_carries
 from .summation import contraction_chunks, is_large_sum, rewrite_contraction, rewrite_sum
 from ..ir.mlir import elem, ir, is_float, is_integer_type, parse_module, run_pipeline, shape, tensor_type
 from ..ir.regions import nested_ops
@@ -265,6 +270,10 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
         # forms over run-time sizes that IREE refuses: those get the same rewrites.
         with module.context:
             done += annotate_nonexpanding(module) + rewrite_dynamic(module)
+    if dynamic:
+        # Last: the rewrites above read run-time sizes of the tensors they write (tapes included).
+        with module.context:
+            done += signless_loop_carries(module) + signless_dimension_sizes(module)
     return done
 
 

@@ -8,6 +8,12 @@ igamma: ``exp(x)`` after a series in ``x``), IREE 3.13's stream partitioning fai
 (``tests/fixtures/iree313_masked_while_gradient.mlir``, the smallest case). An
 ``optimization_barrier`` on the reverse loop's computed, statically shaped initial values keeps
 their producers out of the loop's partition; it computes nothing.
+
+The loop that records the tapes needs the same: JAX's ``random_gamma`` (a rejection sampler
+whose body holds another data-dependent loop, drawing a normal) failed the same way until the
+computed initial values of the recording loop (the forward's values, which the counting run
+before it also reads) went behind a barrier too (``tests/test_peer_suites.py``,
+``test_random_gamma_gradient``).
 """
 from __future__ import annotations
 
@@ -22,6 +28,11 @@ def _reads_tape(loop: ir.Operation) -> bool:
                and not hlo.is_static(v) for op in nested_ops(loop) for v in op.operands)
 
 
+def _writes_tape(loop: ir.Operation) -> bool:
+    """Whether ``loop`` carries a run-time-sized tensor (the loop that records tapes)."""
+    return any(not hlo.is_static(v) for v in loop.operands if isinstance(v.type, ir.RankedTensorType))
+
+
 def _computed(v: ir.Value) -> bool:
     """A statically shaped value some op other than a constant (or its broadcast) computes."""
     if not isinstance(v, ir.OpResult) or not isinstance(v.type, ir.RankedTensorType) or not hlo.is_static(v):
@@ -34,9 +45,10 @@ def _computed(v: ir.Value) -> bool:
 
 
 def barrier_reverse_loops(module: ir.Module) -> int:
-    """Put the computed initial values of every ``while`` that reads a tape behind one
-    ``stablehlo.optimization_barrier``; returns the number of loops changed."""
-    loops = [op for op in nested_ops(module.operation) if op.name == "stablehlo.while" and _reads_tape(op)]
+    """Put the computed initial values of every ``while`` that reads or writes a tape behind
+    one ``stablehlo.optimization_barrier``; returns the number of loops changed."""
+    loops = [op for op in nested_ops(module.operation)
+             if op.name == "stablehlo.while" and (_reads_tape(op) or _writes_tape(op))]
     changed = 0
     for loop in loops:
         picked = [i for i, v in enumerate(loop.operands) if _computed(v)]
