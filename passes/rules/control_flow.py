@@ -1,5 +1,5 @@
 """Adjoint rules of control flow and calls: ``stablehlo.case`` / ``if`` / ``while``
-and the opaque ``stablehlo.custom_call``.
+(the opaque ``stablehlo.custom_call``'s rules are in indexing.py, beside top_k's).
 
 ``func.call`` has no rule: the module-level pass inlines every callee, also
 calls nested in while/case regions, before differentiating.
@@ -58,7 +58,7 @@ from ..ir.regions import discard, inline_region, nested_ops
 from ..transforms.backprop import backprop, backprop_local, captured_values, op_inputs
 from ..lowering.choices import loop_adjoint_form, unroll_loop
 from ..ir.mlir import elem, ir, is_float, shape, tensor_type
-from ..transforms.forward import Replaced, by_transposition, in_place, jvp
+from ..transforms.forward import Replaced, in_place, jvp
 from ..transforms.batching import Batcher
 from ..transforms.registry import adjoint, batching, missing, tangent
 
@@ -960,9 +960,6 @@ def _if_tangent(op, ts):
     """if(pred){true branch and its tangent} else {false branch and its tangent}"""
     pred = op.operands[0]
     return _branch_tangents(op, ts, lambda types, n: hlo.if_(pred, types))
-
-
-tangent("stablehlo.custom_call")(by_transposition)
 
 
 # ----- batching ------------------------------------------------------------------------------

@@ -694,3 +694,6 @@ def _custom_call(op, cts):
     if target == "ApproxTopK":
         return approx_top_k(op, cts)
     raise missing(op, f" (call target @{target})")
+
+
+tangent("stablehlo.custom_call")(by_transposition)
