@@ -17,6 +17,7 @@ import irgrad as ig
 from irgrad import passes
 from irgrad.passes.ir.mlir import ir
 from irgrad.passes.lowering import choices
+from irgrad.passes.lowering.legalize import legalize_text
 from irgrad.passes.rules.control_flow import trip_count
 
 import gradcheck
@@ -120,6 +121,11 @@ CONV_CASES = {
                                                          pad=[[1, 0], [2, 1]], rhs_dil=[2, 1], groups=3),
     "depthwise_batch_grouped_nchw": conv_case([2, 3, 7, 7], [3, 1, 3, 3], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
                                               stride=[2, 2], pad=[[1, 1], [1, 1]], groups=3),
+    # choices.conv_input_gradient_by_conv: 8 input features or more, the input gradient a
+    # transposed convolution (stride 1: a plain one; stride 2: over the cotangent dilated).
+    "wide_same": conv_case([2, 5, 5, 8], [3, 3, 8, 4], pad=[[1, 1], [1, 1]]),
+    "wide_nchw_stride2_dilated": conv_case([1, 9, 7, 8], [5, 9, 3, 2], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+                                           stride=[2, 1], pad=[[1, 1], [0, 2]], rhs_dil=[1, 2]),
 }
 
 
@@ -127,6 +133,30 @@ CONV_CASES = {
 def test_convolution(name):
     text, args = CONV_CASES[name]
     check_module(text, args, what=f"conv {name}")
+
+
+def _convolutions(text: str) -> int:
+    return text.count("stablehlo.convolution")
+
+
+@pytest.mark.parametrize("name, forward, input_gradient", [
+    ("wide_same", "convolution", "convolution"), ("wide_nchw_stride2_dilated", "convolution", "convolution"),
+    ("valid", "convolution", "patches"), ("nchw_3x3_stride2_same", "convolution", "patches"),
+    ("patch_embedding_nchw", "patches", "patches"),  # disjoint windows
+    ("negative_padding", "patches", "patches"),  # one input feature
+    ("feature_groups", "patches", "patches")])
+def test_convolution_forms_follow_the_features_and_windows(name, forward, input_gradient):
+    """choices.conv_forward_by_matmul / conv_input_gradient_by_conv: IREE's own convolution over
+    enough input features and overlapping windows, patches and ``dot_general`` otherwise; the
+    weight gradient is always the patches' product (here below MAX_PATCH_BYTES)."""
+    text, _ = CONV_CASES[name]
+    legal = legalize_text(passes.differentiate(text, "f"))
+    forward_part = legal.split("@f_grad(")[0]
+    adjoint = legal.split("@f_grad(")[1]
+    assert _convolutions(forward_part) == (forward == "convolution"), forward_part
+    # the gradient holds the forward again, then the input gradient
+    assert _convolutions(adjoint) == (forward == "convolution") + (input_gradient == "convolution"), adjoint
+    assert "stablehlo.dot_general" in adjoint  # the weight gradient
 
 
 # choices.conv_by_taps (patches past MAX_PATCH_BYTES): one product per window offset, for the

@@ -2,27 +2,27 @@
 where a choice depends on shapes. Every choice is measured (benchmarks/, per-dispatch
 profiles with benchmarks/profile.py) and every branch is covered by the numeric checker.
 
-Convolutions (IREE 3.13, llvm-cpu, measured on a 2-core x86 with AVX2): IREE lowers
-``stablehlo.convolution`` to a convolution loop nest at 2–4 GFLOP/s, whatever the
-layout; a ``dot_general`` of the same work runs at 40–80 GFLOP/s. The weight
-gradient written as the textbook convolution (batch and features swapped, the
-cotangent as the window) and the strided input gradient (a convolution over a
-cotangent with inserted zeros) are the worst cases. So a convolution, forward and
-both adjoints, is written as window patches (a pad and one strided slice per
-window offset, stacked by a select: one dispatch) and a ``dot_general``: forward
-``patches(x) · w``, weight gradient ``patches(x)ᵀ · ct``, input gradient
-``col2im(ct · wᵀ)`` (by stride phase, ``patches.window_sum``: one pad and one
-elementwise dispatch). No multiply touches an
-inserted zero, and feature groups (depthwise included) are a batch dimension of the
-``dot_general``. The patches cost ``taps / stride²`` times the input's memory, so
-the choice is bounded by ``MAX_CONV_TAPS``; convolutions with an input dilation
+Convolutions (IREE 3.13, llvm-cpu, measured on a 2-core x86 with AVX-512; single
+convolutions, ``benchmarks/README.md``, "Convolutions left to IREE"): IREE runs a forward
+``stablehlo.convolution`` of one feature group over overlapping windows itself (im2col a
+tile at a time, no patches in memory) 1.3–4.6× faster than the same work written as patches
+and a ``dot_general``, and an input gradient written as JAX's transposed convolution 1.6–5.9×
+faster than ``col2im(ct · wᵀ)`` over 8 input features or more (``conv_forward_by_matmul``,
+``conv_input_gradient_by_conv``). It is slow on a few input features (one: 6×; an input
+gradient onto 3: 2–6×), on disjoint windows (ViT's patch embedding, a reshape as patches:
+10×) and on the weight gradient as a convolution (batch and features swapped, the cotangent as
+the window: 3–4× slower than patches). Those are written as window patches (a pad and one
+strided slice per window offset, stacked by a select: one dispatch) and a ``dot_general``:
+forward ``patches(x) · w``, weight gradient ``patches(x)ᵀ · ct``, input gradient
+``col2im(ct · wᵀ)`` (by stride phase, ``patches.window_sum``: one pad and one elementwise
+dispatch). No multiply touches an inserted zero, and feature groups (depthwise included) are
+a batch dimension of the ``dot_general``. The patches cost ``taps / stride²`` times the input's
+memory, so the choice is bounded by ``MAX_CONV_TAPS``; convolutions with an input dilation
 (transposed convolutions) or batch groups keep the convolution form. Past
 ``MAX_PATCH_BYTES`` of patches (one feature group), no patches: one ``dot_general`` per
 window offset over a strided slice of the input, summed in a chain, each slice behind an
-optimization barrier (``conv_by_taps``): the ResNet block's gradient at batch 64 (patches
-of 18 MB) went from 112 to 55 MiB at its peak and from 140–238 to 63–70 ms a call
-(``benchmarks/README.md``, "Convolutions without patches"); below the limit the patches stay:
-the batch-8 block forced into the tap form took twice the time (nine small products).
+optimization barrier (``conv_by_taps``): the ResNet block's weight gradient at batch 64
+(patches of 18 MB); below the limit the patches stay (nine small products take twice the time).
 
 Pooling (``reduce_window``): for max/min the winner of each window is found by an
 elementwise chain over its taps (first in row-major order, as TensorFlow's
@@ -79,20 +79,46 @@ MAX_UNROLLED_LOOPS = 16  # trip count × loops in the loop body
 MAX_FORCED_SCALAR_STEPS = 10  # a scalar recurrence unrolled by loop_form("unrolled") (0.6 s to compile)
 MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
 MAX_POOL_TAPS = 64
+MIN_CONV_FEATURES = 3  # a forward convolution IREE runs itself (conv_forward_by_matmul)
+MIN_CONV_GRADIENT_FEATURES = 8  # an input gradient as a transposed convolution (conv_input_gradient_by_conv)
 MAX_PATCH_BYTES = 8 << 20  # a convolution's patches past this: one product per window offset
 MIN_WIDENED_MACS = 1 << 22  # multiply-adds of a product worth widening (200×200×200 is 8M)
 
 
 def conv_adjoint_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool) -> bool:
-    """A convolution's adjoints as patches and ``dot_general`` (depthwise: multiply and reduce)."""
+    """A convolution's weight gradient as patches and ``dot_general`` (depthwise: multiply and
+    reduce), and its input gradient too unless ``conv_input_gradient_by_conv``."""
     return same_element and taps <= MAX_CONV_TAPS and all(d == 1 for d in lhs_dilation) and batch_groups == 1
 
 
+def _conv_by_iree(taps: int, features: int, groups: int, disjoint: bool, fewest: int) -> bool:
+    return groups == 1 and taps > 1 and features >= fewest and not disjoint
+
+
 def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool,
-                           depthwise: bool) -> bool:
-    """A forward convolution as patches and ``dot_general``. Depthwise convolutions stay
-    convolutions: IREE recognises them and runs them 2× faster than any rewrite measured."""
-    return not depthwise and conv_adjoint_by_matmul(taps, lhs_dilation, batch_groups, same_element)
+                           depthwise: bool, features: int = 0, groups: int = 1, disjoint: bool = False) -> bool:
+    """A forward convolution as patches and ``dot_general``, or left to IREE. Depthwise
+    convolutions stay convolutions: IREE recognises them and runs them 2× faster than any
+    rewrite measured. So does one feature group of overlapping windows over at least
+    ``MIN_CONV_FEATURES`` input ``features`` (``_conv_by_iree``): IREE 3.13 runs it 1.3–4.6× faster than
+    the patches' product, without the patches in memory (ResNet's 3×3 32→32 at batch 64: 1.6
+    against 3.7 ms; 5×5 16→32: 1.0 against 4.5 ms), but 6× slower over one input feature
+    (an MNIST CNN's first layer) and 10× slower over ViT's disjoint 8×8 patches (3 features),
+    whose patches are a reshape."""
+    if depthwise:
+        return False
+    return conv_adjoint_by_matmul(taps, lhs_dilation, batch_groups, same_element) \
+        and not _conv_by_iree(taps, features, groups, disjoint, MIN_CONV_FEATURES)
+
+
+def conv_input_gradient_by_conv(taps: int, features: int, groups: int, disjoint: bool) -> bool:
+    """The input gradient of a convolution that ``conv_adjoint_by_matmul`` would write as
+    ``col2im(ct · wᵀ)`` written as JAX's transposed convolution instead, when it has one feature group,
+    overlapping windows and at least ``MIN_CONV_GRADIENT_FEATURES`` input ``features`` (the
+    transposed convolution's outputs): 1.6–5.9× faster at stride 1 (ResNet's 3×3 32→32 at batch
+    64: 3.0 against 7.8 ms with the forward; 64→128: 8.7 against 21 ms), as fast or faster at stride 2, and
+    no ``[rows, taps · features]`` product; over 3 features 2–6× slower."""
+    return _conv_by_iree(taps, features, groups, disjoint, MIN_CONV_GRADIENT_FEATURES)
 
 
 def conv_by_taps(taps: int, rows: int, features: int) -> bool:

@@ -48,10 +48,10 @@ total).
 And two rewrites for speed (the measurements are in ``choices.py``):
 
 * ``stablehlo.convolution`` becomes window patches and a ``dot_general`` where
-  ``choices.conv_forward_by_matmul`` says so (IREE 3.13 runs its convolution loops
-  10–30× slower than the same work as a matmul). The adjoint rules already emit that
-  form; this covers forward convolutions, the user's and those copied into gradient
-  functions.
+  ``choices.conv_forward_by_matmul`` says so (over one or two input features, or disjoint
+  windows, IREE 3.13 runs its convolution loops 6–10× slower than the same work as a
+  matmul). This covers every convolution the module holds: the user's, those copied into
+  gradient functions and the adjoint rules' transposed convolutions.
 * A float ``dot_general`` whose width (the rhs's one free dimension) is not a multiple
   of 16 is computed wider, as ``choices.matmul_width`` says: zero columns appended to
   the rhs, the result sliced back (IREE 3.13's kernels run 200 wide at a third of

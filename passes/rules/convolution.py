@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 
 from ..ir import hlo
-from ..lowering.choices import conv_adjoint_by_matmul, conv_by_taps, conv_forward_by_matmul
+from ..lowering.choices import (conv_adjoint_by_matmul, conv_by_taps, conv_forward_by_matmul,
+                                conv_input_gradient_by_conv)
 from ..ir.mlir import elem, ir, shape, tensor_type
 from ..lowering.patches import Windows, col2im, pad_operand, patches, tap_slice
 from ..transforms.forward import bilinear
@@ -100,9 +101,20 @@ class Conv:
         taps = math.prod(self.spatial(rhs, self.spec[1]))
         args = (taps, self.lhs_dilation, self.batch_groups, elem(lhs) == elem(rhs))
         if forward:
-            depthwise = self.groups > 1 and shape(lhs)[self.spec[0][1]] == self.groups
-            return conv_forward_by_matmul(*args, depthwise)
+            features = shape(lhs)[self.spec[0][1]]
+            return conv_forward_by_matmul(*args, self.groups > 1 and features == self.groups, features,
+                                          self.groups, self.disjoint(rhs))
         return conv_adjoint_by_matmul(*args)
+
+    def disjoint(self, rhs: ir.Value) -> bool:
+        """No two windows share an input element (``Windows.disjoint``)."""
+        n = len(self.strides)
+        return Windows(self.spatial(rhs, self.spec[1]), self.strides, [(0, 0)] * n, self.rhs_dilation).disjoint
+
+    def input_gradient_by_conv(self, lhs: ir.Value, rhs: ir.Value) -> bool:
+        """``choices.conv_input_gradient_by_conv`` for this convolution."""
+        return conv_input_gradient_by_conv(math.prod(self.spatial(rhs, self.spec[1])), shape(lhs)[self.spec[0][1]],
+                                           self.groups, self.disjoint(rhs))
 
 
 def _transpose_lhs(ct: ir.Value, lhs: ir.Value, rhs: ir.Value, c: Conv) -> ir.Value:
@@ -364,12 +376,17 @@ def _chunk_rows(q: list[int]) -> int:
 
 
 def _matmul_adjoint(ct: ir.Value, lhs: ir.Value, kernel: ir.Value, c: Conv) -> tuple[ir.Value, ir.Value]:
+    """The weight gradient as patches (or taps) and ``dot_general``; the input gradient too,
+    or as a transposed convolution where ``Conv.input_gradient_by_conv``."""
     lsp, rsp, osp = c.spec
     mm = Matmul(c, lhs, kernel)
     x = hlo.transpose(lhs, _canonical(lsp))
-    w = hlo.transpose(kernel, _kernel_canonical(rsp))
     dy = hlo.transpose(ct, _canonical(osp))
-    dx = _from_canonical(mm.input_gradient(dy, w, elem(lhs)), _canonical(lsp))
+    if c.input_gradient_by_conv(lhs, kernel):
+        dx = _transpose_lhs(ct, lhs, kernel, c)
+    else:
+        w = hlo.transpose(kernel, _kernel_canonical(rsp))
+        dx = _from_canonical(mm.input_gradient(dy, w, elem(lhs)), _canonical(lsp))
     dw = _from_canonical(mm.weight_gradient(x, dy, elem(kernel)), _kernel_canonical(rsp))
     return dx, dw
 
