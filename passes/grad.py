@@ -180,9 +180,11 @@ def _forward_copy(module: ir.Module, after: ir.Operation, func_op: ir.Operation,
 
 
 def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str, with_value: bool,
-           derive: Callable[[ir.Block, list[ir.Value], ir.Location], list[ir.Value]]) -> ir.Operation:
+           derive: Callable[[ir.Block, list[ir.Value], ir.Location], list[ir.Value]],
+           lean: bool = False) -> ir.Operation:
     """A copy of ``func_op`` named ``new_name`` returning ``derive(block, ys, loc)`` (built
-    before its return), after F's results ``ys`` when ``with_value``."""
+    before its return), after F's results ``ys`` when ``with_value``; ``lean``: a gradient whose
+    backward recomputes cheap forward values instead of keeping them (``memory.recompute_elementwise``)."""
     if new_name in ir.SymbolTable(module.operation):
         raise ValueError(f"module already has a function @{new_name}")
     copy = _forward_copy(module, after, func_op, new_name)
@@ -204,6 +206,8 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
         hlo.return_(results)
     hlo.set_function_type(copy, [a.type for a in block.arguments], [r.type for r in results])
     run_pipeline(copy, CLEANUP)
+    if lean and memory.recompute_elementwise(copy):
+        run_pipeline(copy, CLEANUP)
     verify(copy, f"@{new_name}")
     return copy
 
@@ -305,11 +309,13 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
                     derive = _gradients(wrt, kind == "vjp", new_name, [f"d_{y}" for y in output_names(func_op)])
                 keep = (with_value and kind != "hessian") or kind == "jvp"
                 before = last
-                last = _build(module, before, func_op, new_name, keep, derive)
-                if limit is not None and kind in ("grad", "vjp"):
+                reverse = kind in ("grad", "vjp")
+                last = _build(module, before, func_op, new_name, keep, derive, lean=reverse)
+                if limit is not None and reverse:
                     last = _fitted(last, limit, functools.partial(
                         _build, module, before, func_op, new_name, keep,
-                        _gradients(wrt, kind == "vjp", new_name, [f"d_{y}" for y in output_names(func_op)])))
+                        _gradients(wrt, kind == "vjp", new_name, [f"d_{y}" for y in output_names(func_op)]),
+                        lean=True))
                 name_results(last, _derived_names(func_op, kind, wrt, keep))
                 added.append(function_name(last))
         if train is not None:
@@ -320,7 +326,7 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
             added.append(function_name(last))
             before = last
             step = functools.partial(_build, module, before, func_op, f"{name}_train_step", True,
-                                     training.step(train, lr, wrt, f"{name}_train_step", state))
+                                     training.step(train, lr, wrt, f"{name}_train_step", state), lean=True)
             last = step()
             if limit is not None:
                 last = _fitted(last, limit, step)

@@ -159,6 +159,15 @@ def _inputs(op: ir.Operation) -> list[ir.Value]:
 _IN_PLACE = {"stablehlo.dynamic_update_slice", "stablehlo.scatter"}
 
 
+def _constant_like(op: ir.Operation) -> bool:
+    """A constant, or a broadcast, reshape or conversion of one: IREE folds each into a splat
+    that its kernels read, or keeps it with the artifact's constants."""
+    while op.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert") \
+            and isinstance(op.operands[0], ir.OpResult):
+        op = op.operands[0].owner.operation
+    return op.name == "stablehlo.constant"
+
+
 class _Liveness:
     def __init__(self) -> None:
         self.largest, self.largest_op, self.loops, self.dynamic = 0, "-", 0, False
@@ -192,7 +201,7 @@ class _Liveness:
                     inner = max(inner, self.block(b, copied)[0])
             if op.name == "stablehlo.while":
                 self.loops = max(self.loops, sum(self.size(r) for r in op.results))
-            sizes = [0 if op.name == "stablehlo.constant" else self.size(r) for r in op.results]
+            sizes = [0 if _constant_like(op) else self.size(r) for r in op.results]
             for n in sizes:
                 if n > self.largest:
                     self.largest, self.largest_op = n, _where(op)
@@ -366,14 +375,7 @@ def rematerialize(func_op: ir.Operation, segments: int) -> int:
         needed = _closure(wanted, set(group))
         copies = _recompute(first, [op for op in group if op in needed], backward)
         for r in wanted:
-            copy = copies[r]
-            for use in list(r.uses):
-                if use.owner.operation in bwd_users[r] and use.owner.operation is not ret:
-                    use.owner.operation.operands[use.operand_number] = copy
-            # uses nested in a backward op's regions
-            for u in bwd_users[r]:
-                if u is not ret and len(u.regions):
-                    _replace_inside(u, r, copy)
+            _redirect(r, copies[r], [u for u in bwd_users[r] if u is not ret])
         recomputed += sum(work(op) for op in needed)
     return recomputed
 
@@ -392,19 +394,20 @@ def _closure(values: Sequence[ir.Value], inside: set[ir.Operation]) -> set[ir.Op
     return needed
 
 
-def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation]
-               ) -> dict[ir.Value, ir.Value]:
-    """Copies of ``ops`` (in order) placed before ``first``, their outside inputs tied to the
-    cotangent ``first`` reads (``_tied``): each original result -> its copy."""
+def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation],
+               anchor: ir.Value | None = None) -> dict[ir.Value, ir.Value]:
+    """Copies of ``ops`` (in order) placed before ``first``, their outside inputs tied to
+    ``anchor`` (by default the cotangent ``first`` reads; ``_tied``): each original result -> its copy."""
     made = {r for op in ops for r in op.results}
     outside: list[ir.Value] = []
     for op in ops:
         for v in op.operands:
             if v not in made and v not in outside:
                 outside.append(v)
-    bwd = set(backward)
-    anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
-                   and is_float(v) and hlo.is_static(v)), None)
+    if anchor is None:
+        bwd = set(backward)
+        anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
+                       and is_float(v) and hlo.is_static(v)), None)
     with ir.InsertionPoint(first), first.location:
         guarded = _tied(outside, anchor)
     mapping = dict(zip(outside, guarded))
@@ -424,27 +427,13 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
 
 
 def _tied(values: Sequence[ir.Value], anchor: ir.Value | None) -> list[ir.Value]:
-    """``values`` plus a zero read from ``anchor``: ``-0 · is_finite(anchor[0...])``, which no
-    folder removes and which is -0 whatever the cotangent holds (inf and NaN included), so that
-    ``v + z`` is ``v`` to the bit. New values CSE cannot merge, computed after ``anchor``, in
-    the same IREE execution region (a barrier would split it; see the module docstring)."""
+    """``values``, each float one tied to ``anchor`` (``hlo.tie``: plus ``-0 · is_finite(anchor[0...])``,
+    the value to the bit): new values CSE cannot merge, computed after ``anchor``, in the same IREE
+    execution region (a barrier would split it; see the module docstring)."""
     if anchor is None:
         return list(values)
-    rank = len(shape(anchor))
-    first = hlo.reshape(hlo.slice(anchor, [0] * rank, [1] * rank, [1] * rank), [])
-    zeros: dict[ir.Type, ir.Value] = {}
-    out = []
-    for v in values:
-        t = v.type.maybe_downcast()
-        if not (isinstance(t, ir.RankedTensorType) and isinstance(elem(v).maybe_downcast(), ir.FloatType)) \
-                or not hlo.is_static(v):
-            out.append(v)
-            continue
-        if elem(v) not in zeros:
-            finite = hlo.convert(hlo.is_finite(first), elem(v))
-            zeros[elem(v)] = hlo.multiply(finite, hlo.like(-0.0, finite))
-        out.append(hlo.add(v, hlo.broadcast_in_dim(zeros[elem(v)], list(t.shape), [])))
-    return out
+    return [hlo.tie(v, anchor) if isinstance(v.type.maybe_downcast(), ir.RankedTensorType)
+            and isinstance(elem(v).maybe_downcast(), ir.FloatType) and hlo.is_static(v) else v for v in values]
 
 
 def _replace_inside(op: ir.Operation, old: ir.Value, new: ir.Value) -> None:
@@ -456,6 +445,121 @@ def _replace_inside(op: ir.Operation, old: ir.Value, new: ir.Value) -> None:
                     if v == old:
                         inner.operands[k] = new
                 _replace_inside(inner, old, new)
+
+
+# Ops a gradient recomputes from the values they read rather than keeping their results for
+# its backward (``recompute_elementwise``): elementwise ops and the broadcasts, reshapes and
+# conversions between them, which IREE fuses into the dispatch that reads them.
+CHEAP_OPS = frozenset(f"stablehlo.{name}" for name in (
+    "abs add and atan2 broadcast_in_dim cbrt ceil clamp compare convert cosine divide exponential "
+    "exponential_minus_one floor is_finite log log_plus_one logistic maximum minimum multiply negate "
+    "not or power remainder reshape round_nearest_afz round_nearest_even rsqrt select sign sine sqrt "
+    "subtract tan tanh xor").split())
+MAX_RECOMPUTED_OPS = 64  # cheap ops recomputed for one value
+_SMALL = 8  # a value read this many times smaller than the one recomputed is kept (a mean, a scale)
+
+
+def _cheap(op: ir.Operation) -> bool:
+    return (op.name in CHEAP_OPS or op.name == "stablehlo.constant") and not len(op.regions) \
+        and all(hlo.is_static(r) for r in op.results)
+
+
+def _cheap_closure(value: ir.Value, forward: dict[ir.Operation, int]
+                   ) -> tuple[list[ir.Operation], set[ir.Value]] | None:
+    """The cheap forward ops (``CHEAP_OPS``; ``forward``: op -> position) that compute ``value``
+    from values kept anyway, in order, and the large values among those (``_SMALL``): None past
+    ``MAX_RECOMPUTED_OPS`` ops. Constants are copied, never kept."""
+    size = _nbytes(value.type)[0]
+    ops: set[ir.Operation] = set()
+    frontier: set[ir.Value] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        owner = v.owner.operation if isinstance(v, ir.OpResult) else None
+        inside = owner is not None and owner in forward and _cheap(owner)
+        small = v != value and _nbytes(v.type)[0] * _SMALL <= size
+        if inside and (not small or owner.name == "stablehlo.constant"):
+            if owner not in ops:
+                ops.add(owner)
+                if len(ops) > MAX_RECOMPUTED_OPS:
+                    return None
+                stack.extend(owner.operands)
+        elif not small:
+            frontier.add(v)
+    return sorted(ops, key=forward.__getitem__), frontier
+
+
+def recompute_elementwise(func_op: ir.Operation) -> int:
+    """Rewrite the gradient ``func_op`` in place so that its backward recomputes, rather than
+    reads from the tape, the forward values made by cheap ops (``CHEAP_OPS``) from values the
+    tape holds anyway or that are small: a batch norm's centred and normalised values and its
+    activation are recomputed from the convolution's output and the per-feature statistics,
+    as XLA's fusions do. Each such value's ops are copied just before the first backward op
+    that reads it, their inputs tied to that op's cotangent (``_recompute``), and IREE fuses the
+    copies into the dispatches that read them. Values are taken together where they share the
+    values they are recomputed from, and only where the values those add to the tape are
+    smaller than the values they take off it. Returns the number of values recomputed."""
+    forward, backward = _forward_backward(func_op)
+    if not backward:
+        return 0
+    ret = list(func_op.regions[0].blocks[0].operations)[-1].operation
+    position = {op: i for i, op in enumerate(forward)}
+    order = {id(op): i for i, op in enumerate(backward)}  # an op's hash changes with its operands
+    bwd_users = _users([*backward, ret])
+    returned = set(ret.operands)
+    tape = {r for op in forward if op.name != "stablehlo.constant" for r in op.results
+            if r in bwd_users and r not in returned}
+    plans = {}
+    for r in tape:
+        if _cheap(r.owner.operation) and (found := _cheap_closure(r, position)) is not None:
+            plans[r] = found
+    # Values recomputed from a common value are decided together: union-find over the values
+    # each needs.
+    parent: dict[ir.Value, ir.Value] = {}
+
+    def root(v: ir.Value) -> ir.Value:
+        while parent.setdefault(v, v) != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for r, (_, needs) in plans.items():
+        for v in needs:
+            parent[root(v)] = root(r)
+    groups: dict[ir.Value, list[ir.Value]] = {}
+    for r in plans:
+        groups.setdefault(root(r), []).append(r)
+    # The tie of a copy: the last float value the backward made before the op that reads it
+    # (the op's own operands may all be forward values: a ReLU's mask reads the activation).
+    latest: dict[int, ir.Value | None] = {}
+    last = None
+    for op in backward:
+        latest[id(op)] = last
+        last = next((r for r in op.results if is_float(r) and hlo.is_static(r)), last)
+    done = 0
+    for members in groups.values():
+        needs = set().union(*(plans[r][1] for r in members))
+        added = sum(_nbytes(v.type)[0] for v in needs if isinstance(v, ir.OpResult) and v not in tape)
+        if added >= sum(_nbytes(r.type)[0] for r in members):
+            continue
+        for r in members:
+            users = [u for u in bwd_users[r] if u is not ret]
+            if not users:
+                continue
+            first = min(users, key=lambda u: order[id(u)])
+            _redirect(r, _recompute(first, plans[r][0], backward, latest[id(first)])[r], users)
+            done += 1
+    return done
+
+
+def _redirect(value: ir.Value, copy: ir.Value, users: Sequence[ir.Operation]) -> None:
+    """``users`` (backward ops) read ``copy`` instead of ``value``, in their regions too."""
+    for use in list(value.uses):
+        if use.owner.operation in users:
+            use.owner.operation.operands[use.operand_number] = copy
+    for u in users:
+        if len(u.regions):
+            _replace_inside(u, value, copy)
 
 
 def cleanup(func_op: ir.Operation) -> None:
@@ -581,4 +685,4 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
 
 __all__ = ["fit", "annotate", "hoist_reductions", "ANNOTATION",
            "Estimate", "MemoryLimitError", "Plan", "estimate", "rematerialize", "parse_size", "human",
-           "backward_start", "candidate_segments", "segment_ops"]
+           "backward_start", "candidate_segments", "segment_ops", "recompute_elementwise"]

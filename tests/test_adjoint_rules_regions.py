@@ -124,8 +124,11 @@ CONV_CASES = {
     # choices.conv_input_gradient_by_conv: 8 input features or more, the input gradient a
     # transposed convolution (stride 1: a plain one; stride 2: over the cotangent dilated).
     "wide_same": conv_case([2, 5, 5, 8], [3, 3, 8, 4], pad=[[1, 1], [1, 1]]),
-    "wide_nchw_stride2_dilated": conv_case([1, 9, 7, 8], [5, 9, 3, 2], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
-                                           stride=[2, 1], pad=[[1, 1], [0, 2]], rhs_dil=[1, 2]),
+    "wide_stride2_dilated": conv_case([1, 7, 9, 8], [3, 2, 8, 5], dn="[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]",
+                                      stride=[2, 1], pad=[[1, 1], [0, 2]], rhs_dil=[1, 2]),
+    "wide_nchw": conv_case([1, 8, 6, 6], [4, 8, 3, 3], dn="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+                           pad=[[1, 1], [1, 1]]),
+    "wide_1d": conv_case([2, 9, 8], [3, 8, 4], dn="[b, 0, f]x[0, i, o]->[b, 0, f]"),
 }
 
 
@@ -140,14 +143,15 @@ def _convolutions(text: str) -> int:
 
 
 @pytest.mark.parametrize("name, forward, input_gradient", [
-    ("wide_same", "convolution", "convolution"), ("wide_nchw_stride2_dilated", "convolution", "convolution"),
-    ("valid", "convolution", "patches"), ("nchw_3x3_stride2_same", "convolution", "patches"),
+    ("wide_same", "convolution", "convolution"), ("wide_stride2_dilated", "convolution", "convolution"),
+    ("valid", "convolution", "patches"), ("stride2_same", "convolution", "patches"),
+    ("wide_nchw", "patches", "patches"), ("wide_1d", "patches", "patches"),  # layouts IREE runs slowly
     ("patch_embedding_nchw", "patches", "patches"),  # disjoint windows
     ("negative_padding", "patches", "patches"),  # one input feature
     ("feature_groups", "patches", "patches")])
 def test_convolution_forms_follow_the_features_and_windows(name, forward, input_gradient):
     """choices.conv_forward_by_matmul / conv_input_gradient_by_conv: IREE's own convolution over
-    enough input features and overlapping windows, patches and ``dot_general`` otherwise; the
+    enough input features, overlapping windows and 2-D NHWC, patches and ``dot_general`` otherwise; the
     weight gradient is always the patches' product (here below MAX_PATCH_BYTES)."""
     text, _ = CONV_CASES[name]
     legal = legalize_text(passes.differentiate(text, "f"))

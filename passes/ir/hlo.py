@@ -273,6 +273,16 @@ def unary(name: str, x: Value) -> Value:
     return _create(name, [x.type], [x]).result
 
 
+def tie(v: Value, anchor: Value) -> Value:
+    """``v`` plus ``-0 · is_finite(anchor[0...])``: ``v`` to the bit (inf and NaN in ``anchor``
+    included), but a value that depends on ``anchor``, which no folder removes: what orders a
+    computation after ``anchor`` without an optimization barrier."""
+    rank = len(shape(anchor))
+    first = reshape(slice(anchor, [0] * rank, [1] * rank, [1] * rank), [])
+    finite = convert(is_finite(first), elem(v))
+    return add(v, broadcast_in_dim(multiply(finite, like(-0.0, finite)), list(shape(v)), []))
+
+
 def is_finite(x: Value) -> Value:
     """``stablehlo.is_finite``: i1, false where ``x`` is inf or NaN."""
     return _create("stablehlo.is_finite", [tensor_type(shape(x), ir.IntegerType.get_signless(1))], [x]).result

@@ -91,12 +91,13 @@ def conv_adjoint_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups:
     return same_element and taps <= MAX_CONV_TAPS and all(d == 1 for d in lhs_dilation) and batch_groups == 1
 
 
-def _conv_by_iree(taps: int, features: int, groups: int, disjoint: bool, fewest: int) -> bool:
-    return groups == 1 and taps > 1 and features >= fewest and not disjoint
+def _conv_by_iree(taps: int, features: int, groups: int, disjoint: bool, nhwc: bool, fewest: int) -> bool:
+    return nhwc and groups == 1 and taps > 1 and features >= fewest and not disjoint
 
 
 def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool,
-                           depthwise: bool, features: int = 0, groups: int = 1, disjoint: bool = False) -> bool:
+                           depthwise: bool, features: int = 0, groups: int = 1, disjoint: bool = False,
+                           nhwc: bool = False) -> bool:
     """A forward convolution as patches and ``dot_general``, or left to IREE. Depthwise
     convolutions stay convolutions: IREE recognises them and runs them 2× faster than any
     rewrite measured. So does one feature group of overlapping windows over at least
@@ -104,21 +105,23 @@ def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups:
     the patches' product, without the patches in memory (ResNet's 3×3 32→32 at batch 64: 1.6
     against 3.7 ms; 5×5 16→32: 1.0 against 4.5 ms), but 6× slower over one input feature
     (an MNIST CNN's first layer) and 10× slower over ViT's disjoint 8×8 patches (3 features),
-    whose patches are a reshape."""
+    whose patches are a reshape. Only 2-D convolutions whose input and output have their features
+    last (``nhwc``): IREE runs NCHW (torch's layout) 5–22× slower than the patches, with or
+    without transposes around it, and 1-D convolutions 1.3–1.7× slower (``benchmarks/bench_conv.py``)."""
     if depthwise:
         return False
     return conv_adjoint_by_matmul(taps, lhs_dilation, batch_groups, same_element) \
-        and not _conv_by_iree(taps, features, groups, disjoint, MIN_CONV_FEATURES)
+        and not _conv_by_iree(taps, features, groups, disjoint, nhwc, MIN_CONV_FEATURES)
 
 
-def conv_input_gradient_by_conv(taps: int, features: int, groups: int, disjoint: bool) -> bool:
+def conv_input_gradient_by_conv(taps: int, features: int, groups: int, disjoint: bool, nhwc: bool) -> bool:
     """The input gradient of a convolution that ``conv_adjoint_by_matmul`` would write as
     ``col2im(ct · wᵀ)`` written as JAX's transposed convolution instead, when it has one feature group,
     overlapping windows and at least ``MIN_CONV_GRADIENT_FEATURES`` input ``features`` (the
     transposed convolution's outputs): 1.6–5.9× faster at stride 1 (ResNet's 3×3 32→32 at batch
     64: 3.0 against 7.8 ms with the forward; 64→128: 8.7 against 21 ms), as fast or faster at stride 2, and
-    no ``[rows, taps · features]`` product; over 3 features 2–6× slower."""
-    return _conv_by_iree(taps, features, groups, disjoint, MIN_CONV_GRADIENT_FEATURES)
+    no ``[rows, taps · features]`` product; over 3 features 2–6× slower. ``nhwc`` as for the forward."""
+    return _conv_by_iree(taps, features, groups, disjoint, nhwc, MIN_CONV_GRADIENT_FEATURES)
 
 
 def conv_by_taps(taps: int, rows: int, features: int) -> bool:

@@ -103,7 +103,7 @@ class Conv:
         if forward:
             features = shape(lhs)[self.spec[0][1]]
             return conv_forward_by_matmul(*args, self.groups > 1 and features == self.groups, features,
-                                          self.groups, self.disjoint(rhs))
+                                          self.groups, self.disjoint(rhs), self.nhwc)
         return conv_adjoint_by_matmul(*args)
 
     def disjoint(self, rhs: ir.Value) -> bool:
@@ -111,10 +111,16 @@ class Conv:
         n = len(self.strides)
         return Windows(self.spatial(rhs, self.spec[1]), self.strides, [(0, 0)] * n, self.rhs_dilation).disjoint
 
+    @property
+    def nhwc(self) -> bool:
+        """Two spatial dimensions, and the input's and output's features last."""
+        lsp, _, osp = self.spec
+        return len(lsp) == 4 and lsp[1] == 3 and osp[1] == 3
+
     def input_gradient_by_conv(self, lhs: ir.Value, rhs: ir.Value) -> bool:
         """``choices.conv_input_gradient_by_conv`` for this convolution."""
         return conv_input_gradient_by_conv(math.prod(self.spatial(rhs, self.spec[1])), shape(lhs)[self.spec[0][1]],
-                                           self.groups, self.disjoint(rhs))
+                                           self.groups, self.disjoint(rhs), self.nhwc)
 
 
 def _transpose_lhs(ct: ir.Value, lhs: ir.Value, rhs: ir.Value, c: Conv) -> ir.Value:
@@ -220,19 +226,23 @@ class Matmul:
         """``choices.conv_by_taps``: one product per window offset, no patches tensor."""
         return self.groups == 1 and conv_by_taps(self.taps, self.m, self.cin)
 
-    def _tap_chain(self, x: ir.Value, windows: Windows, step) -> list[ir.Value]:
+    def _tap_chain(self, x: ir.Value, windows: Windows, step, tie: bool = False) -> list[ir.Value]:
         """``step(t, slice_t, last)`` for each window offset ``t`` in turn, ``slice_t`` ``x``'s strided
         slice at that offset (``patches`` unstacked) as ``[rows, C]`` and ``last`` the value the
         step before returned (None at first): the values it returns.
-        Each slice waits (an optimization barrier) for the value before it: IREE copies a
-        strided slice out before a product reads it, and would make all of them at once."""
+        Each slice waits for the value before it: IREE copies a strided slice out before a product
+        reads it, and would make all of them at once. It waits behind an optimization barrier, or
+        (``tie``, for small step values) by reading ``-0 · is_finite(last[0])`` (``hlo.tie``): a
+        barrier keeps what passes through it allocated until the call ends."""
         out = windows.output(shape(x))
         xp = pad_operand(x, hlo.zeros(tensor_type([], elem(x))), windows)
         values: list[ir.Value] = []
         for t, offset in enumerate(windows.offsets()):
-            if values:
+            if values and not tie:
                 values[-1], xp = hlo.optimization_barrier([values[-1], xp])
             p = hlo.reshape(tap_slice(xp, offset, windows, out), [math.prod(out[:-1]), out[-1]])
+            if values and tie:
+                p = hlo.tie(p, values[-1])
             values.append(step(t, p, values[-1] if values else None))
         return values
 
@@ -328,7 +338,7 @@ class Matmul:
         if self.by_taps:  # one [C, O] product per window offset
             dy = self.cotangent_matrix(ct)
             parts = self._tap_chain(x, self.windows, lambda t, p, last: hlo.reshape(
-                hlo.dot_general(p, dy, [], [], [0], [0], element), [1, self.cin, self.cout]))
+                hlo.dot_general(p, dy, [], [], [0], [0], element), [1, self.cin, self.cout]), tie=True)
             return hlo.reshape(hlo.concatenate(parts, 0), [*self.kernel, self.cin, self.cout])
         p, dy = self.patches(x), self.cotangent_matrix(ct)
         if self.depthwise:
