@@ -1,7 +1,7 @@
 """Convolutions left to IREE against patches and ``dot_general``: is ``choices.py``'s pick the faster?
 
-    .venv/bin/python benchmarks/bench_conv.py            # 17 shapes, 2 builds (about 2–3 minutes, 2 cores)
-    .venv/bin/python benchmarks/bench_conv.py --quick    # 4 shapes, 1 build, few rounds (about 20 s)
+    .venv/bin/python benchmarks/bench_conv.py            # 19 shapes, 2 builds (about 2 minutes, 2 cores)
+    .venv/bin/python benchmarks/bench_conv.py --quick    # 5 shapes, 1 build, few rounds (about 15 s)
     .venv/bin/python benchmarks/bench_conv.py --shapes 3x3_32_32_b64,1d_16_16
 
 One module per shape: ``sum(tanh(conv(x, w)))``, one ``stablehlo.convolution`` (float32, padded to
@@ -131,7 +131,8 @@ def tensor(dims: Sequence[int]) -> str:
     return f"tensor<{'x'.join(map(str, dims))}xf32>"
 
 
-# sweep.sh's 13 NHWC shapes (batch, size, cin, cout, k, stride), then a 1-D, an NCHW, a dilated one and a stem.
+# sweep.sh's 13 NHWC shapes (batch, size, cin, cout, k, stride), then a 1-D one, three NCHW ones (PyTorch's
+# layout, as torch-mlir exports it; two are NHWC rows above), a dilated one and a 7×7 stride-2 stem.
 SHAPES = [Shape(f"{k}x{k}_{c}_{o}_b{b}_{h}{'_s2' if s > 1 else ''}", b, h, c, o, k, s)
           for b, h, c, o, k, s in [(8, 16, 32, 32, 3, 1), (64, 16, 32, 32, 3, 1), (16, 28, 1, 16, 3, 1),
                                    (16, 14, 16, 32, 3, 1), (8, 32, 16, 16, 3, 2), (8, 32, 3, 16, 3, 2),
@@ -140,9 +141,11 @@ SHAPES = [Shape(f"{k}x{k}_{c}_{o}_b{b}_{h}{'_s2' if s > 1 else ''}", b, h, c, o,
                                    (8, 32, 3, 16, 3, 1)]]
 SHAPES += [Shape("1d_16_16", 8, 1024, 16, 16, 5, layout="nwc"),
            Shape("nchw_32_32", 8, 16, 32, 32, 3, layout="nchw"),
+           Shape("nchw_3_16", 8, 32, 3, 16, 3, layout="nchw"),
+           Shape("nchw_64_64", 32, 8, 64, 64, 3, layout="nchw"),
            Shape("dilated_32_32", 8, 16, 32, 32, 3, dilation=2),
            Shape("stem_7x7_3_16", 8, 64, 3, 16, 7, stride=2)]
-QUICK = ("3x3_32_32_b8_16", "3x3_1_16_b16_28", "3x3_3_16_b8_32", "1d_16_16")
+QUICK = ("3x3_32_32_b8_16", "3x3_1_16_b16_28", "3x3_3_16_b8_32", "1d_16_16", "nchw_32_32")
 
 
 @contextmanager
@@ -251,7 +254,7 @@ HEADER = ("| shape (NHWC unless said) | fwd patches ms | fwd IREE ms | patches/I
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="4 shapes, one build, few rounds (a smoke run)")
+    p.add_argument("--quick", action="store_true", help="5 shapes, one build, few rounds (a smoke run)")
     p.add_argument("--builds", type=int, default=2)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=0, help="calls per block (default: about --block-ms of the slowest)")
