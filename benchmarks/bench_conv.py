@@ -264,6 +264,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.builds, args.rounds = 1, 3
+    if min(args.builds, args.rounds) < 1 or args.calls < 0 or args.block_ms <= 0:
+        p.error("--builds and --rounds must be at least 1, --calls at least 0, --block-ms positive")
     known = {s.name: s for s in SHAPES}
     names = args.shapes.split(",") if args.shapes else QUICK if args.quick else list(known)
     unknown = [n for n in names if n not in known]
