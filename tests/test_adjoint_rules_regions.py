@@ -179,6 +179,16 @@ def test_convolution_by_taps(name, monkeypatch):
     check_module(text, args, what=f"conv by taps {name}")
 
 
+def test_weight_gradient_taps_wait_on_ties_not_barriers(monkeypatch):
+    """The weight gradient's slices wait for the partial sum before them by reading it (``hlo.tie``),
+    not through optimization barriers, which keep what passes them allocated to the call's end."""
+    monkeypatch.setattr(choices, "MAX_PATCH_BYTES", 0)
+    text, args = CONV_CASES["wide_same"]  # its input gradient a transposed convolution: no tap chain
+    adjoint = passes.differentiate(text, "f").split("@f_grad")[1]
+    assert "optimization_barrier" not in adjoint and adjoint.count("stablehlo.is_finite") == 8, adjoint
+    check_module(text, args, what="weight gradient by tied taps")
+
+
 def test_convolution_by_taps_second_order(monkeypatch):
     """The tap form's gradient (its products, slices and optimization barriers) differentiates again."""
     monkeypatch.setattr(choices, "MAX_PATCH_BYTES", 0)
