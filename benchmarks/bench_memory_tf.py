@@ -36,8 +36,10 @@ MODELS = ("keras_mobilenetv2",)
 def _model(batch: int):
     """The loss ``(x, labels, *trainable, *frozen) -> scalar``, its arguments and how many are trainable."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
     from make_keras_models import keras_mobilenetv2, training_loss
 
+    keras.utils.set_random_seed(0)  # the same initial weights in every process, so both sides' results compare
     model, _, shape = keras_mobilenetv2()
     return training_loss(model, batch, shape)
 
