@@ -3,14 +3,27 @@
     .venv/bin/python benchmarks/bench_memory.py --jax-python /work/tfvenv/bin/python
     .venv/bin/python benchmarks/bench_memory.py --jax-python ... --quick      # small batches, 2 calls
     .venv/bin/python benchmarks/bench_memory.py --jax-python ... --models resnet:64,resnet:256
+    .venv/bin/python benchmarks/bench_memory.py --jax-python ... --models scan_mlp:128 --loop-checkpoints sqrt
 
 Models (``bench_memory_jax.py``, float32, written in JAX): ``mlp`` (bench_models.py's MLP,
 batch 8192), ``deep_mlp`` (16 dense 1024×1024 tanh layers, batch 2048), ``resnet`` (bench_models'
 ResNet basic block on batch×16×16×32, batch 64 and 256), ``scan_mlp`` (a 256-step ``lax.scan`` of
 a width-128 tanh layer, batch 128: at 512 irgrad's gradient takes 150 s a call here, IREE copying
-the 64 MiB loop-carried inputs every step). JAX runs under ``--jax-python`` (JAX and numpy; irgrad not
-needed there) and exports each model's forward StableHLO and arguments; irgrad differentiates it
-(``passes.differentiate(..., with_value=True)``: ``main`` and ``main_grad``) and compiles it once.
+the 64 MiB loop-carried inputs every step), ``mobilenetv2`` (bench_models.py's MobileNetV2:
+keras.applications' architecture, alpha 0.35, 32×32×3, batch norm in train mode, batch 8 and 64).
+``keras_mobilenetv2`` (``bench_memory_tf.py``) is Keras' own MobileNetV2 on 96×96×3, exported and
+measured by TensorFlow (its XLA figures are unreliable: TensorFlow's allocator keeps memory).
+JAX runs under ``--jax-python`` (JAX and numpy; irgrad not needed there) and exports each model's
+forward StableHLO and arguments; irgrad differentiates it (``passes.differentiate(...,
+with_value=True)``: ``main`` and ``main_grad``) and compiles it once.
+
+``--loop-checkpoints K|sqrt``: irgrad differentiates with ``loop_checkpoints=K`` (K snapshots of
+each ``while`` loop's carries, the iterations between them recomputed), and XLA's gradient of
+``scan_mlp`` splits its scan into the same segments, each under ``jax.checkpoint``; the other
+models have no loop and XLA's side of them is unchanged.
+
+Both sides' last call is reduced to its loss and the 2-norm of its gradients; ``Δ`` is the larger
+relative difference of the two between irgrad and XLA (the rows' results agree when it is small).
 
 Method: every figure is measured in a fresh process (``--measure-irgrad`` here,
 ``bench_memory_jax.py measure`` for XLA's ``jax.jit(loss)`` and ``jax.jit(jax.value_and_grad)``),
@@ -36,10 +49,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_memory_jax import MODELS, measure_calls  # noqa: E402
+from bench_memory_jax import CHECKPOINTED, MODELS, measure_calls  # noqa: E402
 from bench_memory_tf import MODELS as TF_MODELS  # noqa: E402
 
-DEFAULT = ("mlp:8192", "deep_mlp:2048", "resnet:64", "resnet:256", "scan_mlp:128", "mobilenetv2:64")
+DEFAULT = ("mlp:8192", "deep_mlp:2048", "resnet:64", "resnet:256", "scan_mlp:128", "mobilenetv2:64",
+           "keras_mobilenetv2:8")
 QUICK = ("mlp:1024", "deep_mlp:128", "resnet:8", "scan_mlp:32")
 
 
@@ -69,6 +83,13 @@ def measure_irgrad(vmfb: str, function: str, npz: str, calls: int) -> dict:
     return {**measure_calls(lambda: fn(*args), calls), "device": module.device}
 
 
+def _checkpoints(text: str) -> int | str:
+    """``--loop-checkpoints``' value: ``sqrt`` or a positive int."""
+    if text == "sqrt" or text.isdigit() and int(text) >= 1:
+        return text if text == "sqrt" else int(text)
+    raise argparse.ArgumentTypeError(f"give a positive int or sqrt, not {text!r}")
+
+
 def _peer(name: str, args: argparse.Namespace) -> list[str]:
     """The command line of the script that exports and measures ``name`` on the peer's side."""
     if name in TF_MODELS:
@@ -87,7 +108,7 @@ def build(name: str, batch: int, folder: Path, args: argparse.Namespace) -> Path
     forward = (folder / "forward.mlir").read_text()
     wrt_file = folder / "wrt.json"  # a Keras model's: its trainable weights (JAX's: every argument)
     wrt = json.loads(wrt_file.read_text()) if wrt_file.exists() else None
-    module = ig.passes.differentiate(forward, "main", wrt, with_value=True)
+    module = ig.passes.differentiate(forward, "main", wrt, with_value=True, loop_checkpoints=args.loop_checkpoints)
     vmfb = folder / "module.vmfb"
     vmfb.write_bytes(igrt.compile(module, igrt.CompileOptions(transient_arena=args.arena)).vmfb)
     return vmfb
@@ -107,6 +128,14 @@ def fmt(result: dict, index: int) -> str:
     return f"{peaks[index]:.0f}" if index < len(peaks) else "-"
 
 
+def delta(ours: dict, xla: dict) -> str:
+    """The larger relative difference of the two sides' checksums (loss, gradient norm)."""
+    if "error" in ours or "error" in xla:
+        return "-"
+    diffs = [abs(a - b) / max(abs(b), 1e-30) if a != b else 0.0 for a, b in zip(ours["checksum"], xla["checksum"])]
+    return f"{max(diffs):.0e}"
+
+
 def fmt_time(result: dict) -> str:
     if "error" in result:
         return "error"
@@ -119,11 +148,16 @@ def run(args: argparse.Namespace) -> int:
     calls = 2 if args.quick else args.calls
     env = None if args.env is None else {**os.environ, **dict(kv.split("=", 1) for kv in args.env)}
     print(f"peak per call, MiB over the RSS after loading (fresh process per figure); calls {calls}; "
-          f"ms = median time of calls 2..{calls}; irgrad {'with' if args.arena else 'without'} transient arenas")
+          f"ms = median time of calls 2..{calls}; irgrad {'with' if args.arena else 'without'} transient arenas; "
+          f"Δ = relative difference of loss and gradient norm")
+    if args.loop_checkpoints is not None:
+        print(f"loop checkpoints {args.loop_checkpoints}: irgrad's loop_checkpoints, and XLA's gradient with "
+              f"jax.checkpoint on the same scan segments ({', '.join(CHECKPOINTED)}; the other models' XLA side "
+              "is not checkpointed)")
     header = ("| model | batch | program | irgrad first | irgrad second | XLA first | XLA second "
-              "| irgrad/XLA | irgrad ms | XLA ms |")
+              "| irgrad/XLA | irgrad ms | XLA ms | Δ |")
     print(header)
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     failed = 0
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
         for spec in specs:
@@ -142,13 +176,15 @@ def run(args: argparse.Namespace) -> int:
             for program, function in (("forward", "main"), ("gradient", "main_grad")):
                 ours = figure([sys.executable, __file__, "--measure-irgrad", str(vmfb), function,
                                str(folder / "args.npz"), str(calls)], args.limit, env)
+                checkpointed = [str(args.loop_checkpoints)] if args.loop_checkpoints and name in CHECKPOINTED else []
                 xla = figure([*_peer(name, args), "measure", name, str(batch),
-                              "fwd" if program == "forward" else "grad", str(calls)], args.limit)
+                              "fwd" if program == "forward" else "grad", str(calls), *checkpointed], args.limit)
                 failed += "error" in ours or "error" in xla
                 ratio = ("-" if "error" in ours or "error" in xla else  # over the two calls shown
                          f"{max(ours['peaks_mib'][:2]) / max(max(xla['peaks_mib'][:2]), 1e-9):.2f}")
                 print(f"| {name} | {batch} | {program} | {fmt(ours, 0)} | {fmt(ours, 1)} | {fmt(xla, 0)} "
-                      f"| {fmt(xla, 1)} | {ratio} | {fmt_time(ours)} | {fmt_time(xla)} |", flush=True)
+                      f"| {fmt(xla, 1)} | {ratio} | {fmt_time(ours)} | {fmt_time(xla)} | {delta(ours, xla)} |",
+                      flush=True)
                 for who, result in (("irgrad", ours), ("XLA", xla)):
                     if "error" in result:
                         print(f"  {who} {name}:{batch} {program}: {result['error'][:300]}")
@@ -158,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jax-python", default=sys.executable, help="a Python with JAX (default: this one)")
-    parser.add_argument("--tf-python", help="a Python with TensorFlow 2.21 / Keras 3, for mobilenetv2 "
+    parser.add_argument("--tf-python", help="a Python with TensorFlow 2.21 / Keras 3, for keras_mobilenetv2 "
                         "(default: --jax-python)")
     parser.add_argument("--models", help=f"NAME:BATCH,... (default {','.join(DEFAULT)})")
     parser.add_argument("--calls", type=int, default=3, help="calls per figure (default 3)")
@@ -166,6 +202,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--limit", default="12000000000", help="prlimit --as for every process (bytes)")
     parser.add_argument("--arena", action="store_true",
                         help="compile irgrad's artifacts with transient arenas (CompileOptions.transient_arena)")
+    parser.add_argument("--loop-checkpoints", type=_checkpoints, metavar="K|sqrt",
+                        help="irgrad: passes.differentiate(loop_checkpoints=K); XLA: jax.checkpoint on the "
+                        "same segments of scan_mlp's scan")
     parser.add_argument("--env", action="append", metavar="NAME=VALUE",
                         help="environment of irgrad's measuring processes (e.g. IRGRAD_KEEP_HEAP=0)")
     parser.add_argument("--measure-irgrad", nargs=4, metavar=("VMFB", "FUNCTION", "NPZ", "CALLS"),

@@ -4,10 +4,17 @@ Run by ``bench_memory.py`` under a Python with JAX and numpy (``--jax-python``; 
 needed there), one fresh process per figure:
 
     python bench_memory_jax.py export MODEL BATCH DIR          # DIR/forward.mlir, DIR/args.npz
-    python bench_memory_jax.py measure MODEL BATCH fwd|grad CALLS   # XLA's figures, one JSON line
+    python bench_memory_jax.py measure MODEL BATCH fwd|grad CALLS [K|sqrt]   # XLA's figures, one JSON line
+
+``K|sqrt`` (``bench_memory.py --loop-checkpoints``) checkpoints XLA's gradient of the models in
+``CHECKPOINTED`` as irgrad's ``loop_checkpoints`` does: the scan split into segments of
+``ceil(n / K)`` (``ceil(√n)``) steps, each under ``jax.checkpoint``, so only the carries between
+segments are kept and each segment is recomputed in the backward pass.
 
 Only JAX and numpy are imported here (and nothing of JAX by the measuring helpers, which
-``bench_memory.py`` imports for irgrad's side).
+``bench_memory.py`` imports for irgrad's side), except by ``mobilenetv2``: it is
+``bench_models.py``'s, whose import also loads irgrad's source tree and IREE's runtime (before
+anything is measured, so in the RSS after loading).
 
 Peak per call (NOTES.md): the growth of the process's high-water RSS during the call over the
 RSS once everything is loaded and compiled and the arguments are in memory. Before each call
@@ -18,6 +25,7 @@ is not returned) counts in the calls after it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -43,9 +51,23 @@ def reset_peak() -> None:
         f.write("5")
 
 
+def _leaves(result: Any) -> list[np.ndarray]:
+    if isinstance(result, (tuple, list)):
+        return [leaf for item in result for leaf in _leaves(item)]
+    return [np.asarray(result, dtype=np.float64)]
+
+
+def checksum(result: Any) -> list[float]:
+    """A call's result in two numbers that both sides must agree on: the first result (the
+    loss) and the 2-norm of all the others (the gradients; 0 for a forward)."""
+    first, *rest = _leaves(result)
+    return [float(first.reshape(-1)[0]), float(np.sqrt(sum(float(np.sum(np.square(g))) for g in rest)))]
+
+
 def measure_calls(call: Callable[[], Any], calls: int) -> dict[str, Any]:
-    """Peak growth (MiB, over the RSS now), seconds and page faults of each of ``calls`` calls.
-    Each call's result is kept until the next call returns, as ``out = f(x)`` in a loop does."""
+    """Peak growth (MiB, over the RSS now), seconds and page faults of each of ``calls`` calls,
+    and the last call's ``checksum``. Each call's result is kept until the next call returns,
+    as ``out = f(x)`` in a loop does."""
     import resource
 
     base = _status("VmRSS")
@@ -59,13 +81,14 @@ def measure_calls(call: Callable[[], Any], calls: int) -> dict[str, Any]:
         times.append(time.perf_counter() - t0)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - minflt)
         peaks.append((_status("VmHWM") - base) / MIB)
+    check = checksum(result)
     del result
-    return {"base_mib": base / MIB, "peaks_mib": peaks, "times_s": times, "faults": faults}
+    return {"base_mib": base / MIB, "peaks_mib": peaks, "times_s": times, "faults": faults, "checksum": check}
 
 
 # ----- models (float32, a scalar loss of (params..., data...)) -------------------------------
 
-def _models() -> dict[str, Callable[[int], tuple[Callable, list[np.ndarray]]]]:
+def _models() -> dict[str, Callable[..., tuple[Callable, list[np.ndarray]]]]:
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -129,7 +152,25 @@ def _models() -> dict[str, Callable[[int], tuple[Callable, list[np.ndarray]]]]:
                       normal(r, 3, 3, 32, 32, scale=w), 1 + normal(r, 32, scale=0.1), normal(r, 32, scale=0.1),
                       normal(r, batch, 16, 16, 32), normal(r, batch, 16, 16, 32)]
 
-    def scan_mlp(batch: int):
+    def checkpointed_scan(step, carry, xs, checkpoints: int | str):
+        """``lax.scan(step, carry, xs)`` in segments of ``ceil(n / K)`` steps (``ceil(√n)`` for
+        ``"sqrt"``, as irgrad's ``loop_checkpoints``), each segment under ``jax.checkpoint``."""
+        n = xs.shape[0]
+        length = max(1, math.isqrt(n - 1) + 1 if checkpoints == "sqrt" else -(-n // int(checkpoints)))
+
+        @jax.checkpoint
+        def segment(c, seg):
+            return lax.scan(step, c, seg)
+
+        whole = n // length * length
+        carry, ys = lax.scan(segment, carry, xs[:whole].reshape(n // length, length, *xs.shape[1:]))
+        ys = ys.reshape(whole, *ys.shape[2:])
+        if whole < n:
+            carry, tail = segment(carry, xs[whole:])
+            ys = jnp.concatenate([ys, tail])
+        return carry, ys
+
+    def scan_mlp(batch: int, checkpoints: int | str | None = None):
         """``lax.scan`` over 256 steps of h = tanh(h·W + x_t), width 128, mean-squared error of
         every step's h (a ``stablehlo.while`` too long to unroll)."""
         r = rng(3)
@@ -139,19 +180,36 @@ def _models() -> dict[str, Callable[[int], tuple[Callable, list[np.ndarray]]]]:
                 h = jnp.tanh(h @ w + b + x)
                 return h, h
 
-            _, hs = lax.scan(step, h0, xs)
+            if checkpoints is None:
+                _, hs = lax.scan(step, h0, xs)
+            else:
+                _, hs = checkpointed_scan(step, h0, xs, checkpoints)
             return jnp.mean(jnp.square(hs - ys))
 
         return loss, [normal(r, 128, 128, scale=128 ** -0.5), normal(r, 128, scale=0.1), normal(r, batch, 128),
                       normal(r, 256, batch, 128), normal(r, 256, batch, 128)]
 
-    return {"mlp": mlp, "deep_mlp": deep_mlp, "resnet": resnet, "scan_mlp": scan_mlp}
+    def mobilenetv2(batch: int):
+        """bench_models.py's MobileNetV2 (keras.applications' architecture, alpha 0.35,
+        32×32×3, batch norm in train mode, softmax cross-entropy) at ``batch``."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_models
+
+        m = bench_models.mobilenetv2(batch)
+        return m.loss, m.args
+
+    return {"mlp": mlp, "deep_mlp": deep_mlp, "resnet": resnet, "scan_mlp": scan_mlp, "mobilenetv2": mobilenetv2}
 
 
-MODELS = ("mlp", "deep_mlp", "resnet", "scan_mlp")
+MODELS = ("mlp", "deep_mlp", "resnet", "scan_mlp", "mobilenetv2")
+CHECKPOINTED = ("scan_mlp",)  # the models whose XLA gradient ``K|sqrt`` checkpoints
 
 
-def model(name: str, batch: int) -> tuple[Callable, list[np.ndarray]]:
+def model(name: str, batch: int, checkpoints: int | str | None = None) -> tuple[Callable, list[np.ndarray]]:
+    """``name``'s loss and arguments at ``batch``; ``checkpoints`` (``CHECKPOINTED`` models
+    only) scans in checkpointed segments."""
+    if checkpoints is not None and name in CHECKPOINTED:
+        return _models()[name](batch, checkpoints)
     return _models()[name](batch)
 
 
@@ -169,6 +227,8 @@ def main(argv: list[str]) -> None:
         np.savez(os.path.join(out, "args.npz"), *args)
         return
     kind, calls = argv[3], int(argv[4])
+    if kind == "grad" and len(argv) > 5 and name in CHECKPOINTED:
+        loss, _ = model(name, batch, argv[5] if argv[5] == "sqrt" else int(argv[5]))
     fn = jax.jit(loss if kind == "fwd" else jax.value_and_grad(loss, argnums=tuple(range(len(args)))))
     compiled = fn.lower(*args).compile()
     device_args = [jax.device_put(a) for a in args]

@@ -3,14 +3,17 @@
 Run by ``bench_memory.py`` under a Python with TensorFlow 2.21 / Keras 3 (``--tf-python``;
 irgrad is not needed there), one fresh process per figure:
 
-    python bench_memory_tf.py export mobilenetv2 BATCH DIR     # DIR/forward.mlir, args.npz, wrt.json
-    python bench_memory_tf.py measure mobilenetv2 BATCH fwd|grad CALLS   # XLA's figures, one JSON line
+    python bench_memory_tf.py export keras_mobilenetv2 BATCH DIR     # DIR/forward.mlir, args.npz, wrt.json
+    python bench_memory_tf.py measure keras_mobilenetv2 BATCH fwd|grad CALLS   # XLA's figures, one JSON line
 
 The model and its loss are ``dev/make_keras_models.py``'s (``keras.applications.MobileNetV2``,
 alpha 0.35, 96×96×3, 10 classes, batch norm in train mode, sparse softmax cross-entropy), at
-any batch. XLA's figures are ``tf.function(jit_compile=True)`` of the loss, and of the loss with
-its gradient with respect to the trainable weights (what irgrad's ``main_grad`` returns), the
-arguments on the device; measured as ``bench_memory_jax.measure_calls`` measures.
+any batch (``keras_mobilenetv2``; ``bench_memory_jax.py``'s ``mobilenetv2`` is the same
+architecture written in JAX, on 32×32 inputs). XLA's figures are ``tf.function(jit_compile=True)``
+of the loss, and of the loss with its gradient with respect to the trainable weights (what
+irgrad's ``main_grad`` returns), the arguments on the device; measured as
+``bench_memory_jax.measure_calls`` measures (TensorFlow's allocator keeps memory between calls,
+so its figures vary from run to run).
 """
 from __future__ import annotations
 
@@ -27,14 +30,16 @@ sys.path.insert(0, str(HERE.parent / "dev"))
 
 from bench_memory_jax import measure_calls  # noqa: E402
 
-MODELS = ("mobilenetv2",)
+MODELS = ("keras_mobilenetv2",)
 
 
 def _model(batch: int):
     """The loss ``(x, labels, *trainable, *frozen) -> scalar``, its arguments and how many are trainable."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
     from make_keras_models import keras_mobilenetv2, training_loss
 
+    keras.utils.set_random_seed(0)  # the same initial weights in every process, so both sides' results compare
     model, _, shape = keras_mobilenetv2()
     return training_loss(model, batch, shape)
 
