@@ -13,9 +13,9 @@ globals around the differentiation and the compile (both read them at call time)
 * ``patches``: ``MIN_CONV_FEATURES`` and ``MIN_CONV_GRADIENT_FEATURES`` past any feature count:
   the forward as patches (or taps, ``choices.conv_by_taps``) and ``dot_general``, the input
   gradient as ``col2im(ct · wᵀ)`` (or taps), as before e22a2cd;
-* ``IREE``: both 0: the forward stays ``stablehlo.convolution`` and the input gradient is JAX's
-  transposed convolution, wherever the other conditions (one feature group, overlapping windows,
-  ``conv_adjoint_by_matmul``) allow;
+* ``IREE``: both 0 and ``IREE_CONV_NHWC_ONLY`` off: the forward stays ``stablehlo.convolution``
+  and the input gradient is JAX's transposed convolution, in any layout, wherever the other
+  conditions (one feature group, overlapping windows, ``conv_adjoint_by_matmul``) allow;
 * the default (the constants as they are) is one of those two, or forward left to IREE and the
   input gradient on patches (``mixed``, measured too when the default picks it).
 
@@ -51,9 +51,9 @@ from irgrad import passes  # noqa: E402
 from irgrad.passes.lowering import choices  # noqa: E402
 from irgrad.runtime.compiler import for_iree  # noqa: E402
 
-# The forms: (MIN_CONV_FEATURES, MIN_CONV_GRADIENT_FEATURES); None keeps choices.py's value.
+# The forms: (MIN_CONV_FEATURES, MIN_CONV_GRADIENT_FEATURES, IREE_CONV_NHWC_ONLY); None keeps choices.py's value.
 NEVER = 1 << 62
-FORMS = {"patches": (NEVER, NEVER), "IREE": (0, 0), "default": (None, None)}
+FORMS = {"patches": (NEVER, NEVER, None), "IREE": (0, 0, False), "default": (None, None, None)}
 # Dimension numbers per layout: [lhs]x[rhs]->[out].
 LAYOUTS = {"nhwc": "[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]",
            "nchw": "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
@@ -150,15 +150,16 @@ QUICK = ("3x3_32_32_b8_16", "3x3_1_16_b16_28", "3x3_3_16_b8_32", "1d_16_16", "nc
 
 @contextmanager
 def form(name: str) -> Iterator[None]:
-    """``choices.py``'s two thresholds set for ``name`` (module globals, read at call time)."""
-    saved = choices.MIN_CONV_FEATURES, choices.MIN_CONV_GRADIENT_FEATURES
-    forward, gradient = FORMS[name]
-    choices.MIN_CONV_FEATURES = saved[0] if forward is None else forward
-    choices.MIN_CONV_GRADIENT_FEATURES = saved[1] if gradient is None else gradient
+    """``choices.py``'s thresholds and layout rule set for ``name`` (module globals, read at call time)."""
+    names = ("MIN_CONV_FEATURES", "MIN_CONV_GRADIENT_FEATURES", "IREE_CONV_NHWC_ONLY")
+    saved = [getattr(choices, n) for n in names]
+    for n, old, new in zip(names, saved, FORMS[name]):
+        setattr(choices, n, old if new is None else new)
     try:
         yield
     finally:
-        choices.MIN_CONV_FEATURES, choices.MIN_CONV_GRADIENT_FEATURES = saved
+        for n, old in zip(names, saved):
+            setattr(choices, n, old)
 
 
 def conv_forms(legal: str) -> tuple[str, str]:

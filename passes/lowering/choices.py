@@ -81,6 +81,7 @@ MAX_CONV_TAPS = 121  # up to 11×11 kernels (7×7 stems, 1-D kernels up to 121)
 MAX_POOL_TAPS = 64
 MIN_CONV_FEATURES = 3  # a forward convolution IREE runs itself (conv_forward_by_matmul)
 MIN_CONV_GRADIENT_FEATURES = 8  # an input gradient as a transposed convolution (conv_input_gradient_by_conv)
+IREE_CONV_NHWC_ONLY = True  # both: only 2-D convolutions with their features last (bench_conv.py lifts it)
 MAX_PATCH_BYTES = 8 << 20  # a convolution's patches past this: one product per window offset
 MIN_WIDENED_MACS = 1 << 22  # multiply-adds of a product worth widening (200×200×200 is 8M)
 
@@ -92,7 +93,7 @@ def conv_adjoint_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups:
 
 
 def _conv_by_iree(taps: int, features: int, groups: int, disjoint: bool, nhwc: bool, fewest: int) -> bool:
-    return nhwc and groups == 1 and taps > 1 and features >= fewest and not disjoint
+    return (nhwc or not IREE_CONV_NHWC_ONLY) and groups == 1 and taps > 1 and features >= fewest and not disjoint
 
 
 def conv_forward_by_matmul(taps: int, lhs_dilation: Sequence[int], batch_groups: int, same_element: bool,
