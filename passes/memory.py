@@ -471,20 +471,28 @@ def _cheap(op: ir.Operation) -> bool:
         and all(hlo.is_static(r) for r in op.results)
 
 
-def _cheap_closure(value: ir.Value, forward: dict[ir.Operation, int]
-                   ) -> tuple[list[ir.Operation], set[ir.Value]] | None:
-    """The cheap forward ops (``CHEAP_OPS``; ``forward``: op -> position) that compute ``value``
-    from values kept anyway, in order, and the large values among those (``_SMALL``): None past
-    ``MAX_RECOMPUTED_OPS`` ops. Constants are copied, never kept."""
-    size = _nbytes(value.type)[0]
+class _Sizes(dict):
+    """Bytes of each value asked for, computed once (``_nbytes``)."""
+
+    def __missing__(self, v: ir.Value) -> int:
+        self[v] = n = _nbytes(v.type)[0]
+        return n
+
+
+def _cheap_closure(value: ir.Value, forward: dict[ir.Operation, int], cheap: set[ir.Operation],
+                   sizes: _Sizes) -> tuple[list[ir.Operation], set[ir.Value]] | None:
+    """The cheap forward ops (``cheap``: those of ``forward``, op -> position, that ``_cheap``
+    takes) that compute ``value`` from values kept anyway, in order, and the large values among
+    those (``_SMALL``): None past ``MAX_RECOMPUTED_OPS`` ops. Constants are copied, never kept."""
+    size = sizes[value]
     ops: set[ir.Operation] = set()
     frontier: set[ir.Value] = set()
     stack = [value]
     while stack:
         v = stack.pop()
         owner = v.owner.operation if isinstance(v, ir.OpResult) else None
-        inside = owner is not None and owner in forward and _cheap(owner)
-        small = v != value and _nbytes(v.type)[0] * _SMALL <= size
+        inside = owner is not None and owner in cheap
+        small = v != value and sizes[v] * _SMALL <= size
         if inside and (not small or owner.name == "stablehlo.constant"):
             if owner not in ops:
                 ops.add(owner)
@@ -496,7 +504,27 @@ def _cheap_closure(value: ir.Value, forward: dict[ir.Operation, int]
     return sorted(ops, key=forward.__getitem__), frontier
 
 
+MIN_SAVING = 1 / 16  # of the estimated peak, for recompute_elementwise to be worth its copies
+
+
 def recompute_elementwise(func_op: ir.Operation) -> int:
+    """``_recompute_elementwise`` where it lowers the estimated peak by ``MIN_SAVING`` at least
+    (tried on a copy first): elsewhere the copies cost time and compile time for nothing (an
+    unrolled LSTM's peak is not where its tape is: twice the ops, the same estimate). Returns
+    the number of values recomputed."""
+    trial = func_op.clone(ir.InsertionPoint(func_op))
+    try:
+        if not _recompute_elementwise(trial):
+            return 0
+        cleanup(trial)
+        before = estimate(func_op, compiled=False).peak
+        worth = before - estimate(trial, compiled=False).peak >= MIN_SAVING * before
+    finally:
+        trial.erase()
+    return _recompute_elementwise(func_op) if worth else 0
+
+
+def _recompute_elementwise(func_op: ir.Operation) -> int:
     """Rewrite the gradient ``func_op`` in place so that its backward recomputes, rather than
     reads from the tape, the forward values made by cheap ops (``CHEAP_OPS``) from values the
     tape holds anyway or that are small: a batch norm's centred and normalised values and its
@@ -516,9 +544,11 @@ def recompute_elementwise(func_op: ir.Operation) -> int:
     returned = set(ret.operands)
     tape = {r for op in forward if op.name != "stablehlo.constant" for r in op.results
             if r in bwd_users and r not in returned}
+    cheap = {op for op in forward if _cheap(op)}
+    sizes = _Sizes()
     plans = {}
     for r in tape:
-        if _cheap(r.owner.operation) and (found := _cheap_closure(r, position)) is not None:
+        if r.owner.operation in cheap and (found := _cheap_closure(r, position, cheap, sizes)) is not None:
             plans[r] = found
     # Values recomputed from a common value are decided together: union-find over the values
     # each needs.
@@ -546,8 +576,8 @@ def recompute_elementwise(func_op: ir.Operation) -> int:
     done = 0
     for members in groups.values():
         needs = set().union(*(plans[r][1] for r in members))
-        added = sum(_nbytes(v.type)[0] for v in needs if isinstance(v, ir.OpResult) and v not in tape)
-        if added >= sum(_nbytes(r.type)[0] for r in members):
+        added = sum(sizes[v] for v in needs if isinstance(v, ir.OpResult) and v not in tape)
+        if added >= sum(sizes[r] for r in members):
             continue
         for r in members:
             users = [u for u in bwd_users[r] if u is not ret]

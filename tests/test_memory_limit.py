@@ -291,62 +291,77 @@ def test_bench_memory_limit_runs():
     assert len(rows) == 1 and float(rows[0][-1]) < 1e-5, proc.stdout  # the same gradients
 
 
-# A batch norm's centring and scale, then a ReLU: what memory.recompute_elementwise recomputes.
-BN = """
-func.func @bn(%x: tensor<32x8xf64>, %w: tensor<8x8xf64>, %g: tensor<8xf64>) -> tensor<f64> {
-  %h = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<32x8xf64>, tensor<8x8xf64>) -> tensor<32x8xf64>
-  %z = stablehlo.constant dense<0.0> : tensor<f64>
-  %s = stablehlo.reduce(%h init: %z) applies stablehlo.add across dimensions = [0] : (tensor<32x8xf64>, tensor<f64>) -> tensor<8xf64>
-  %k = stablehlo.constant dense<0.03125> : tensor<8xf64>
-  %m = stablehlo.multiply %s, %k : tensor<8xf64>
-  %mb = stablehlo.broadcast_in_dim %m, dims = [1] : (tensor<8xf64>) -> tensor<32x8xf64>
-  %c = stablehlo.subtract %h, %mb : tensor<32x8xf64>
-  %gb = stablehlo.broadcast_in_dim %g, dims = [1] : (tensor<8xf64>) -> tensor<32x8xf64>
-  %y = stablehlo.multiply %c, %gb : tensor<32x8xf64>
-  %zb = stablehlo.constant dense<0.0> : tensor<32x8xf64>
-  %r = stablehlo.maximum %y, %zb : tensor<32x8xf64>
-  %q = stablehlo.multiply %r, %r : tensor<32x8xf64>
-  %t = stablehlo.reduce(%q init: %z) applies stablehlo.add across dimensions = [0, 1] : (tensor<32x8xf64>, tensor<f64>) -> tensor<f64>
-  return %t : tensor<f64>
-}
-"""
-BN_VALUE = 32 * 8 * 8  # bytes of one 32x8 f64 value
+def bn_net(layers: int) -> str:
+    """``layers`` of a product, a batch norm's centring and scale and a ReLU, then the sum of
+    squares: what ``memory.recompute_elementwise`` recomputes (all but the product)."""
+    act, vec = "tensor<32x8xf64>", "tensor<8xf64>"
+    args = ", ".join(f"%w{i}: tensor<8x8xf64>, %g{i}: {vec}" for i in range(layers))
+    lines = [f"func.func @bn(%x: {act}, {args}) -> tensor<f64> {{",
+             "  %z = stablehlo.constant dense<0.0> : tensor<f64>",
+             f"  %k = stablehlo.constant dense<0.03125> : {vec}",
+             f"  %zb = stablehlo.constant dense<0.0> : {act}"]
+    prev = "%x"
+    for i in range(layers):
+        lines += [
+            f"  %h{i} = stablehlo.dot_general {prev}, %w{i}, contracting_dims = [1] x [0] : "
+            f"({act}, tensor<8x8xf64>) -> {act}",
+            f"  %s{i} = stablehlo.reduce(%h{i} init: %z) applies stablehlo.add across dimensions = [0] : "
+            f"({act}, tensor<f64>) -> {vec}",
+            f"  %m{i} = stablehlo.multiply %s{i}, %k : {vec}",
+            f"  %mb{i} = stablehlo.broadcast_in_dim %m{i}, dims = [1] : ({vec}) -> {act}",
+            f"  %c{i} = stablehlo.subtract %h{i}, %mb{i} : {act}",
+            f"  %gb{i} = stablehlo.broadcast_in_dim %g{i}, dims = [1] : ({vec}) -> {act}",
+            f"  %y{i} = stablehlo.multiply %c{i}, %gb{i} : {act}",
+            f"  %r{i} = stablehlo.maximum %y{i}, %zb : {act}"]
+        prev = f"%r{i}"
+    lines += [f"  %q = stablehlo.multiply {prev}, {prev} : {act}",
+              f"  %t = stablehlo.reduce(%q init: %z) applies stablehlo.add across dimensions = [0, 1] : "
+              f"({act}, tensor<f64>) -> tensor<f64>", "  return %t : tensor<f64>", "}"]
+    return "\n".join(lines) + "\n"
 
 
-def _bn_args() -> list[np.ndarray]:
+def _bn_args(layers: int) -> list[np.ndarray]:
     rng = np.random.default_rng(3)
-    return [rng.standard_normal((32, 8)), rng.standard_normal((8, 8)) * 0.5, rng.standard_normal(8)]
+    out = [rng.standard_normal((32, 8))]
+    for _ in range(layers):
+        out += [rng.standard_normal((8, 8)) * 0.5, rng.standard_normal(8)]
+    return out
 
 
 def test_cheap_forward_values_are_recomputed_in_the_backward_not_kept(monkeypatch):
-    """The centred, scaled and rectified values (and the scale's broadcast) are recomputed from the
-    product: one value on the tape instead of four. The gradient is checked numerically, and
-    agrees with the kept form's to rounding (IREE fuses the copies into other kernels)."""
-    lean = passes.differentiate(BN, "bn")
+    """Three layers: the centred, scaled and rectified values (and the scale's broadcast) are
+    recomputed from each product, the tape holds the products (and the means): a quarter of
+    what it held, and the estimated peak falls. The gradient is checked numerically, and agrees
+    with the kept form's to rounding (IREE fuses the copies into other kernels)."""
+    text = bn_net(3)
+    lean = passes.differentiate(text, "bn")
     kept_calls = []
     monkeypatch.setattr(memory, "recompute_elementwise", lambda f: kept_calls.append(f) or 0)
-    kept = passes.differentiate(BN, "bn")
+    kept = passes.differentiate(text, "bn")
     assert kept_calls  # the gradient asked for it
-    assert passes.estimate_peak(kept, "bn_grad").tape == 4 * BN_VALUE  # c, g broadcast, y and r
-    assert passes.estimate_peak(lean, "bn_grad").tape == BN_VALUE + 8 * 8  # h, and the mean (8 values)
-    backward = lean.split("@bn_grad(")[1]
-    assert "stablehlo.is_finite" in backward  # the copies' tie to the backward
+    value = 32 * 8 * 8  # bytes of one 32x8 f64 value
+    before, after = passes.estimate_peak(kept, "bn_grad"), passes.estimate_peak(lean, "bn_grad")
+    assert before.tape == 3 * 4 * value  # c, the g broadcast, y and r of each layer
+    assert after.tape == 3 * (value + 8 * 8)  # each h and each mean
+    assert after.peak <= before.peak * (1 - memory.MIN_SAVING)
+    assert "stablehlo.is_finite" in lean.split("@bn_grad(")[1]  # the copies' tie to the backward
     monkeypatch.undo()
-    check_module(BN, _bn_args(), func="bn", what="batch norm recomputed")
+    check_module(text, _bn_args(3), func="bn", what="batch norms recomputed")
     a, b = (ig.runtime.load(ig.runtime.compile(t).vmfb) for t in (lean, kept))
-    for x, y in zip(a["bn_grad"](*_bn_args()), b["bn_grad"](*_bn_args())):
-        np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-13)  # rounding: IREE fuses the copies
+    for x, y in zip(a["bn_grad"](*_bn_args(3)), b["bn_grad"](*_bn_args(3))):
+        np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-13)
 
 
-def test_recomputation_that_would_keep_more_is_not_made(monkeypatch):
-    """A tanh's output is what its adjoint and the next product read; recomputing it would keep
-    the product that makes it instead, no smaller: the gradient is left as it is."""
+@pytest.mark.parametrize("text, func, why", [
+    (mlp(), "mlp", "a tanh's output is what its adjoint and the next product read: recomputed, "
+                   "the product that makes it would be kept instead, no smaller"),
+    (bn_net(1), "bn", "one layer: the tape would shrink, but the peak is the backward's, not the tape's")])
+def test_recomputation_that_saves_nothing_is_not_made(monkeypatch, text, func, why):
     monkeypatch.setattr(memory, "recompute_elementwise", lambda f: 0)
-    module = passes.parse_module(passes.differentiate(mlp(), "mlp"))
-    with module.context:
-        grad = passes.find_function(module, "mlp_grad")
-        before = str(grad)
+    module = passes.parse_module(passes.differentiate(text, func))
     monkeypatch.undo()
     with module.context:
-        assert memory.recompute_elementwise(grad) == 0
+        grad = passes.find_function(module, f"{func}_grad")
+        before = str(grad)
+        assert memory.recompute_elementwise(grad) == 0, why
         assert str(grad) == before
