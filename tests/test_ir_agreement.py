@@ -411,5 +411,8 @@ def test_every_op_differentiates_the_same_in_process_and_exported(rows, loop_for
         cts = [np.float64(n == m) for m in range(len(names))]
         got = exported.call_flat(*_ARGS, *cts)
         for a, (g_in, g_out) in enumerate(zip(want[n], got)):
-            np.testing.assert_allclose(g_out, g_in, rtol=1e-12, atol=1e-12,
+            # float32 to a few ulps: the exported gradient recomputes cheap forward values in its
+            # backward (passes.memory.recompute_elementwise), which IREE fuses into other kernels
+            tol = 1e-12 if np.asarray(g_in).dtype == np.float64 else 1e-6
+            np.testing.assert_allclose(g_out, g_in, rtol=tol, atol=tol,
                                        err_msg=f"{name}: gradient of argument {_FLOAT[a]}")
