@@ -530,7 +530,8 @@ def _recompute_elementwise(func_op: ir.Operation) -> int:
     tape holds anyway or that are small: a batch norm's centred and normalised values and its
     activation are recomputed from the convolution's output and the per-feature statistics,
     as XLA's fusions do. Each such value's ops are copied just before the first backward op
-    that reads it, their inputs tied to that op's cotangent (``_recompute``), and IREE fuses the
+    that reads it, their inputs tied to the last float value the backward made before that op
+    (``_recompute``, ``hlo.tie``), and IREE fuses the
     copies into the dispatches that read them. Values are taken together where they share the
     values they are recomputed from, and only where the values those add to the tape are
     smaller than the values they take off it. Returns the number of values recomputed."""
