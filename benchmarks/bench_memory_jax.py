@@ -67,23 +67,29 @@ def checksum(result: Any) -> list[float]:
 def measure_calls(call: Callable[[], Any], calls: int) -> dict[str, Any]:
     """Peak growth (MiB, over the RSS now), seconds and page faults of each of ``calls`` calls,
     and the last call's ``checksum``. Each call's result is kept until the next call returns,
-    as ``out = f(x)`` in a loop does."""
+    as ``out = f(x)`` in a loop does. ``own_mib``: each call's peak over the RSS just before it
+    (the result held included there), the growth of that call alone: what heap the call did
+    not find free to reuse."""
     import resource
 
     base = _status("VmRSS")
-    peaks, times, faults = [], [], []
+    peaks, own, times, faults = [], [], [], []
     result = None
     for _ in range(calls):
         reset_peak()
+        start = _status("VmRSS")
         minflt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         result = call()  # as ``out = f(x)`` in a loop: the last result lives until the next one is made
         times.append(time.perf_counter() - t0)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - minflt)
-        peaks.append((_status("VmHWM") - base) / MIB)
+        peak = _status("VmHWM")
+        peaks.append((peak - base) / MIB)
+        own.append((peak - start) / MIB)
     check = checksum(result)
     del result
-    return {"base_mib": base / MIB, "peaks_mib": peaks, "times_s": times, "faults": faults, "checksum": check}
+    return {"base_mib": base / MIB, "peaks_mib": peaks, "own_mib": own, "times_s": times, "faults": faults,
+            "checksum": check}
 
 
 # ----- models (float32, a scalar loss of (params..., data...)) -------------------------------

@@ -7,7 +7,9 @@ caller holds them for the whole call), then each op's results from the op that m
 their last use (a use inside a region counts at the op that holds the region); at each op, the
 live values, its results and the peak of its regions. A ``while`` body holds its carries once
 more (IREE gives an iteration's carries buffers of their own: measured, the scan benchmark's
-√n-checkpointed gradient, loops in loops, peaks at 664 MiB against 185 without). An update
+√n-checkpointed gradient, loops in loops, peaked at 664 MiB against 185 without), but for
+those a loop IREE runs in place passes on unchanged or updates in place (a stack's row:
+``lowering/loop_inits.py``). An update
 that writes into a value dying at it (``dynamic_update_slice``, ``scatter``: a tape's row)
 makes no new buffer. Constants count nothing: IREE folds splats into the kernels and keeps
 dense ones in the artifact's read-only data. A dimension known only at run time counts as 1
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from .ir import hlo
 from .ir.regions import nested_ops
 from .lowering.legalize import legalize_text
+from .lowering.loop_inits import IN_PLACE, simple, updated_in_place
 from .rules.control_flow import checkpoints_in_force
 from .transforms.backprop import captured_values
 from .ir.mlir import elem, ir, is_float, loc_name, parse_module, run_pipeline, shape
@@ -162,10 +165,6 @@ def _inputs(op: ir.Operation) -> list[ir.Value]:
     return values
 
 
-# Ops IREE runs in place when the value they update dies at them.
-_IN_PLACE = {"stablehlo.dynamic_update_slice", "stablehlo.scatter"}
-
-
 def _constant_like(op: ir.Operation) -> bool:
     """A constant, or a broadcast, reshape or conversion of one: IREE folds each into a splat
     that its kernels read, or keeps it with the artifact's constants."""
@@ -173,6 +172,24 @@ def _constant_like(op: ir.Operation) -> bool:
             and isinstance(op.operands[0], ir.OpResult):
         op = op.operands[0].owner.operation
     return op.name == "stablehlo.constant"
+
+
+def _splat(op: ir.Operation) -> bool:
+    """A broadcast of a scalar (``hlo.tie``'s ``-0·is_finite``): IREE fills it inside the
+    kernels that read it."""
+    return op.name == "stablehlo.broadcast_in_dim" and not shape(op.operands[0])
+
+
+def _remade_carries(loop: ir.Operation) -> list[ir.Value]:
+    """The arguments of a ``while`` body that get buffers of their own each iteration: in a loop
+    IREE runs in place (``loop_inits.simple``), those it makes anew (not passed on as they are,
+    nor updated in place: ``loop_inits.updated_in_place``); in any other, all of them."""
+    body = loop.regions[1].blocks[0]
+    if not simple(loop):
+        return list(body.arguments)
+    ret = list(body.operations)[-1].operation
+    in_place = set(updated_in_place(loop))
+    return [arg for i, (arg, new) in enumerate(zip(body.arguments, ret.operands)) if new != arg and i not in in_place]
 
 
 class _Liveness:
@@ -202,17 +219,19 @@ class _Liveness:
             inner = 0
             for k, region in enumerate(op.regions):
                 for b in region.blocks:
-                    # A loop's body gets its carries as buffers of their own (IREE copies the
-                    # carried values each iteration), the size of the carries once more.
-                    copied = sum(self.size(a) for a in b.arguments) if op.name == "stablehlo.while" and k == 1 else 0
+                    # A loop's body makes its carries' next values in buffers of their own, beside
+                    # the current ones: the size of the carries once more, but for those it passes
+                    # on unchanged or updates in place (a stack's row).
+                    copied = sum(self.size(a) for a in _remade_carries(op)) \
+                        if op.name == "stablehlo.while" and k == 1 else 0
                     inner = max(inner, self.block(b, copied)[0])
             if op.name == "stablehlo.while":
                 self.loops = max(self.loops, sum(self.size(r) for r in op.results))
-            sizes = [0 if _constant_like(op) else self.size(r) for r in op.results]
+            sizes = [0 if _constant_like(op) or _splat(op) else self.size(r) for r in op.results]
             for n in sizes:
                 if n > self.largest:
                     self.largest, self.largest_op = n, _where(op)
-            if op.name in _IN_PLACE and last.get(op.operands[0]) == i:
+            if op.name in IN_PLACE and last.get(op.operands[0]) == i:
                 # The update writes into the buffer of the value it updates, which dies here (a
                 # tape's row stored into its stack): no new buffer.
                 sizes[0] = 0

@@ -47,8 +47,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _MEMORY_CACHE_SIZE = 64
-_CACHE_FORMAT = 6  # 2: sealed entries (vmfb.seal); 3: metadata "work" (the default device); 4: "unused"; 5: "kernels"
-# 6: "work" counts a run-time dimension as RUN_TIME_SIZE (it was unknown, so local-task)
+_CACHE_FORMAT = 9  # 2: sealed entries (vmfb.seal); 3: metadata "work" (the default device); 4: "unused"; 5: "kernels"
+# 6: "work" counts a run-time dimension as RUN_TIME_SIZE (it was unknown, so local-task); 7: loops placed on
+# one device (_place_on_one_device); 8, 9: only loops that run in place correctly (loop_inits.loops_run_in_place)
 _memory_cache: collections.OrderedDict[str, Artifact] = collections.OrderedDict()
 _stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0}
 
@@ -150,10 +151,7 @@ def compile(
         CompileError: IREE rejected the module; the message names the first
             error and the file holding the IR.
     """
-    if options is None:
-        options = CompileOptions()
-    elif not isinstance(options, CompileOptions):
-        options = CompileOptions(target=options)
+    options = _options(options)
     mlir_text = for_iree(module_text(mlir_text))
     flags = compile_flags(mlir_text, options)
     key = _cache_key(mlir_text, flags, producer, options.transient_arena)
@@ -187,6 +185,25 @@ def compile(
         _remember(key, artifact)
         _disk_put(key, vmfb)
     return artifact
+
+
+def _options(options: CompileOptions | Target | str | None) -> CompileOptions:
+    if options is None:
+        return CompileOptions()
+    return options if isinstance(options, CompileOptions) else CompileOptions(target=options)
+
+
+def host_program(mlir_text: str | bytes, options: CompileOptions | Target | str | None = None) -> str:
+    """The host-side program IREE makes of the module, built as ``compile`` builds it
+    (``iree-compile --compile-to=hal``, as text): its allocations, copies and dispatches, where
+    a call's memory and copies can be read (``hal.device.queue.alloca``,
+    ``hal.command_buffer.copy_buffer``). Not cached."""
+    options = _options(options)
+    mlir_text = for_iree(module_text(mlir_text))
+    flags = compile_flags(mlir_text, options)
+    text, metadata = _annotate(mlir_text, options, flags, None)
+    return compile_vmfb(text, mlir_text, options, [*flags, "--compile-to=hal"],
+                        functions=list(metadata["functions"])).decode()
 
 
 def _cache_key(mlir_text: str, flags: list[str], producer: str | None, arena: bool = False) -> str:
@@ -281,6 +298,8 @@ def _annotate(
             func.attributes["iree.reflection"] = ir.DictAttr.get(entries)
             if arena:
                 _take_transient_arena(ir, func)
+        if _LOOP.search(mlir_text) and not any(f.startswith("--iree-hal-target-device") for f in flags):
+            _place_on_one_device(ir, module)
         if not functions:
             raise CompileError("the module has no public function to compile")
         attrs = module.operation.attributes
@@ -296,6 +315,29 @@ def _annotate(
 # straight-line code: the 256-step scan MLP's gradient failed with "operand #1 does not
 # dominate this use"): a module holding one compiles without arenas.
 _ARENA_BLOCKERS = re.compile(r"\bstablehlo\.(while|case|if)\b")
+
+
+_LOOP = re.compile(r"\bstablehlo\.while\b")
+
+
+def _place_on_one_device(ir: Any, module: Any) -> None:
+    """Marks every function of ``module`` as running on the one device IREE compiles for
+    (``stream.affinity``; ``--iree-hal-target-backends`` names it ``__device_0``). IREE 3.13
+    workaround: without it a loop's carried buffers have no device, and each iteration
+    "transfers" every one it updates in place to the device, a copy of the whole buffer (the
+    scan MLP's forward copied its 16 MiB output stack 256 times a call, 9x XLA's time). Only
+    for loops that ``loops_run_in_place`` (``passes/lowering/loop_inits.py``, which gives their
+    carries buffers of their own where it can): others IREE 3.13 gets wrong once placed."""
+    from ..passes.lowering.loop_inits import loops_run_in_place
+
+    if not loops_run_in_place(module.operation):
+        log.info("IREE %s: a loop of this module is not one it updates in place correctly; its carries "
+                 "are copied at every iteration", _release())
+        return
+    promise = ir.Attribute.parse("#hal.device.promise<@__device_0>")
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            op.operation.attributes["stream.affinity"] = promise
 
 
 def _take_transient_arena(ir: Any, func: Any) -> None:

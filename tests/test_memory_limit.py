@@ -211,9 +211,10 @@ def test_loops_fit(loop_form):
 
 
 def test_checkpoints_that_cost_more_are_undone_and_a_limit_nothing_lowers_is_refused():
-    """A 4-step loop: its √n snapshots' loops hold more than its tape (each loop body's carries
-    are copies of their own), so the limit leaves it as it was, and refuses, saying so."""
-    short = LOOP.replace("dense<48>", "dense<4>")
+    """A 3-step loop: its √n snapshots' loops hold more than its tape (the segments' loops are
+    not ones IREE runs in place: their carries are copies of their own), so the limit leaves it
+    as it was, and refuses, saying so."""
+    short = LOOP.replace("dense<48>", "dense<3>")
     with choices.loop_form("looped"):  # its snapshots: a loop of their own
         as_is = passes.estimate_peak(passes.differentiate(short), "scan_grad")
         checkpointed = passes.estimate_peak(passes.differentiate(short, loop_checkpoints="sqrt"), "scan_grad")

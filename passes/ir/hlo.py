@@ -273,12 +273,13 @@ def unary(name: str, x: Value) -> Value:
     return _create(name, [x.type], [x]).result
 
 
-def tie(v: Value, anchor: Value) -> Value:
+def tie(v: Value, anchor: Value, element: int = 0) -> Value:
     """``v`` plus ``-0 · is_finite(anchor[0...])``: ``v`` to the bit (inf and NaN in ``anchor``
     included), but a value that depends on ``anchor``, which no folder removes: what orders a
-    computation after ``anchor`` without an optimization barrier."""
-    rank = len(shape(anchor))
-    first = reshape(slice(anchor, [0] * rank, [1] * rank, [1] * rank), [])
+    computation after ``anchor`` without an optimization barrier. ``element`` picks another
+    element of ``anchor`` (row-major), for ties of one value that CSE must not merge."""
+    at = [int(i) for i in np.unravel_index(element, shape(anchor))] if shape(anchor) else []
+    first = reshape(slice(anchor, at, [i + 1 for i in at], [1] * len(at)), [])
     finite = convert(is_finite(first), elem(v))
     return add(v, broadcast_in_dim(multiply(finite, like(-0.0, finite)), list(shape(v)), []))
 

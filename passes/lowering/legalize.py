@@ -39,6 +39,10 @@
   a ``dot_general`` and a transpose (``einsum.py``).
 * JAX's CPU LAPACK calls (``custom_call @lapack_?potrf_ffi`` / ``@lapack_?trsm_ffi``): the
   ``cholesky`` / ``triangular_solve`` they compute (``lapack.py``), then lowered as those are.
+* A ``while`` loop's large constant initial value that other ops or loops also read (a scan's
+  output stack, a gradient's tape and its reverse loop's cotangents, all zeros): IREE 3.13
+  copies the whole carried buffer at every iteration. Each loop gets a tied copy of its own
+  (``loop_inits.py``; ``runtime.compiler`` removes the other cause of such copies).
 
 And one for accuracy: a float sum of more than ``summation.BLOCK`` terms (a ``reduce``, or a
 ``dot_general`` with a long contraction and a small result) becomes a blocked sum
@@ -71,6 +75,7 @@ from ..rules.control_flow import unroll_short_loops
 from ..rules.einsum import EINSUMS, lower_einsum
 from ..rules.indexing import iree_rejects_scatter, scatter_by_elements
 from .lapack import rewrite_lapack_calls
+from .loop_inits import separate_loop_inits
 from .reverse_loops import barrier_reverse_loops
 from ..rules.linalg import lower_cholesky, lower_triangular_solve
 from ..rules.spectral import lower_complex_pad, lower_fft
@@ -274,6 +279,8 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
         # Last: the rewrites above read run-time sizes of the tensors they write (tapes included).
         with module.context:
             done += signless_loop_carries(module) + signless_dimension_sizes(module)
+    with module.context:
+        done += separate_loop_inits(module)
     return done
 
 
@@ -283,7 +290,7 @@ def legalize_text(text: str) -> str:
     if not any(name in text for name in ("stablehlo.power", "stablehlo.convolution", "stablehlo.reduce",
                                          "stablehlo.dot_general", "stablehlo.dynamic_update_slice",
                                          "stablehlo.convert", "stablehlo.scatter", "stablehlo.gather",
-                                         "dynamic_broadcast_in_dim", "?",
+                                         "dynamic_broadcast_in_dim", "?", "stablehlo.while",
                                          "@lapack_",
                                          *LOWERED, *EINSUMS)):
         return text
