@@ -18,22 +18,28 @@ STEPS, WIDTH = 64, 32
 STACK = STEPS * WIDTH * 4  # bytes of the carried stack
 
 
-def _loop(name: str, init: str, store: str) -> str:
-    """A ``while`` over the rows of ``%x``: ``%{name}`` stacks ``{store}`` of each row."""
+def _loop(name: str, stacks: list[tuple[str, str, str]]) -> str:
+    """A ``while`` over the rows of ``%x``: ``%{name}#1``, ... stack, per ``(init, op, dtype)``,
+    ``op`` of each row (as ``dtype``) into a stack that starts as ``init``."""
+    types = [f"tensor<{STEPS}x{WIDTH}x{dtype}>" for _, _, dtype in stacks]
+    carries = ", ".join(f"%s{k} = {init}" for k, (init, _, _) in enumerate(stacks))
+    steps = "".join(f"""
+    %f{k} = stablehlo.{op} %row : tensor<1x{WIDTH}xf32>
+    %t{k} = stablehlo.convert %f{k} : (tensor<1x{WIDTH}xf32>) -> tensor<1x{WIDTH}x{dtype}>
+    %u{k} = stablehlo.dynamic_update_slice %s{k}, %t{k}, %i, %zero : ({types[k]}, tensor<1x{WIDTH}x{dtype}>, tensor<i32>, tensor<i32>) -> {types[k]}"""
+                    for k, (_, op, dtype) in enumerate(stacks))
     return f"""
-  %{name}:2 = stablehlo.while(%i = %c0, %s = {init}) : tensor<i32>, tensor<{STEPS}x{WIDTH}xf32>
+  %{name}:{len(stacks) + 1} = stablehlo.while(%i = %c0, {carries}) : tensor<i32>, {", ".join(types)}
   cond {{
     %n = stablehlo.constant dense<{STEPS}> : tensor<i32>
     %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
     stablehlo.return %p : tensor<i1>
   }} do {{
     %zero = stablehlo.constant dense<0> : tensor<i32>
-    %row = stablehlo.dynamic_slice %x, %i, %zero, sizes = [1, {WIDTH}] : (tensor<{STEPS}x{WIDTH}xf32>, tensor<i32>, tensor<i32>) -> tensor<1x{WIDTH}xf32>
-    %t = stablehlo.{store} %row : tensor<1x{WIDTH}xf32>
-    %s2 = stablehlo.dynamic_update_slice %s, %t, %i, %zero : (tensor<{STEPS}x{WIDTH}xf32>, tensor<1x{WIDTH}xf32>, tensor<i32>, tensor<i32>) -> tensor<{STEPS}x{WIDTH}xf32>
+    %row = stablehlo.dynamic_slice %x, %i, %zero, sizes = [1, {WIDTH}] : (tensor<{STEPS}x{WIDTH}xf32>, tensor<i32>, tensor<i32>) -> tensor<1x{WIDTH}xf32>{steps}
     %one = stablehlo.constant dense<1> : tensor<i32>
     %i2 = stablehlo.add %i, %one : tensor<i32>
-    stablehlo.return %i2, %s2 : tensor<i32>, tensor<{STEPS}x{WIDTH}xf32>
+    stablehlo.return %i2, {", ".join(f"%u{k}" for k in range(len(stacks)))} : tensor<i32>, {", ".join(types)}
   }}"""
 
 
@@ -41,12 +47,12 @@ HEAD = f"""func.func @main(%x: tensor<{STEPS}x{WIDTH}xf32>) -> tensor<{STEPS}x{W
   %z = stablehlo.constant dense<0.0> : tensor<{STEPS}x{WIDTH}xf32>
   %c0 = stablehlo.constant dense<0> : tensor<i32>"""
 # One loop, its stack from zeros that nothing else reads (a scan's output).
-ONE = HEAD + _loop("a", "%z", "tanh") + """
+ONE = HEAD + _loop("a", [("%z", "tanh", "f32")]) + """
   return %a#1 : tensor<64x32xf32>
 }"""
 # Two loops whose stacks start from the same zeros (a gradient's tape and its reverse loop's
 # cotangents), then combined.
-TWO = HEAD + _loop("a", "%z", "tanh") + _loop("b", "%z", "exponential") + """
+TWO = HEAD + _loop("a", [("%z", "tanh", "f32")]) + _loop("b", [("%z", "exponential", "f32")]) + """
   %d = stablehlo.subtract %a#1, %b#1 : tensor<64x32xf32>
   return %d : tensor<64x32xf32>
 }"""
@@ -107,30 +113,13 @@ def _two_stacks(dtype: str, store: str, zeros: str = "one") -> str:
               f"%zt = stablehlo.constant dense<0.0> : {t}")
     first = (f"%zf = stablehlo.convert %z : (tensor<{STEPS}x{WIDTH}xi32>) -> tensor<{STEPS}x{WIDTH}xf32>"
              if zeros == "one" else
-             f"%zf = stablehlo.broadcast_in_dim %s0, dims = [] : (tensor<f32>) -> tensor<{STEPS}x{WIDTH}xf32>")
+             f"%zf = stablehlo.broadcast_in_dim %zero0, dims = [] : (tensor<f32>) -> tensor<{STEPS}x{WIDTH}xf32>")
     return f"""func.func @main(%x: tensor<{STEPS}x{WIDTH}xf32>) -> (tensor<{STEPS}x{WIDTH}xf32>, {t}) {{
   %z = stablehlo.constant dense<0> : tensor<{STEPS}x{WIDTH}xi32>
-  %s0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %zero0 = stablehlo.constant dense<0.0> : tensor<f32>
   {first}
   {second}
-  %c0 = stablehlo.constant dense<0> : tensor<i32>
-  %r:3 = stablehlo.while(%i = %c0, %s = %zf, %q = %zt) : tensor<i32>, tensor<{STEPS}x{WIDTH}xf32>, {t}
-  cond {{
-    %n = stablehlo.constant dense<{STEPS}> : tensor<i32>
-    %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    stablehlo.return %p : tensor<i1>
-  }} do {{
-    %zero = stablehlo.constant dense<0> : tensor<i32>
-    %row = stablehlo.dynamic_slice %x, %i, %zero, sizes = [1, {WIDTH}] : (tensor<{STEPS}x{WIDTH}xf32>, tensor<i32>, tensor<i32>) -> tensor<1x{WIDTH}xf32>
-    %t = stablehlo.tanh %row : tensor<1x{WIDTH}xf32>
-    %u0 = stablehlo.{store} %row : tensor<1x{WIDTH}xf32>
-    %u = stablehlo.convert %u0 : (tensor<1x{WIDTH}xf32>) -> tensor<1x{WIDTH}x{dtype}>
-    %s2 = stablehlo.dynamic_update_slice %s, %t, %i, %zero : (tensor<{STEPS}x{WIDTH}xf32>, tensor<1x{WIDTH}xf32>, tensor<i32>, tensor<i32>) -> tensor<{STEPS}x{WIDTH}xf32>
-    %q2 = stablehlo.dynamic_update_slice %q, %u, %i, %zero : ({t}, tensor<1x{WIDTH}x{dtype}>, tensor<i32>, tensor<i32>) -> {t}
-    %one = stablehlo.constant dense<1> : tensor<i32>
-    %i2 = stablehlo.add %i, %one : tensor<i32>
-    stablehlo.return %i2, %s2, %q2 : tensor<i32>, tensor<{STEPS}x{WIDTH}xf32>, {t}
-  }}
+  %c0 = stablehlo.constant dense<0> : tensor<i32>""" + _loop("r", [("%zf", "tanh", "f32"), ("%zt", store, dtype)]) + f"""
   return %r#1, %r#2 : tensor<{STEPS}x{WIDTH}xf32>, {t}
 }}"""
 
