@@ -140,11 +140,12 @@ def _loops(block: ir.Block, constant: _FromConstants) -> list[tuple[ir.Operation
 
 
 def separate_loop_inits(module: ir.Module) -> int:
-    """Give each carry a ``while`` changes an initial value of its own where other ops
-    or operands read it too, where it is computed from constants alone (IREE merges equal
-    constants: see the module docstring), or where it is an argument (the caller's): a tied copy for every such read (a copy reads the
-    value too, so none can keep it). Float values only. Calls in loop bodies are
-    inlined first. Returns the number of copies made (and 1 for the inlining)."""
+    """Give each carry a ``while`` changes an initial value of its own where other ops or
+    operands read it too, where it is computed from constants alone (IREE merges equal
+    constants: see the module docstring), or where it is an argument (the caller's): a tied
+    copy for every such read (a copy reads the value too, so none can keep it). Float values
+    only, and only where every loop is ``simple``. Calls in loop bodies are inlined first.
+    Returns the number of copies made (and 1 for the inlining)."""
     loops = [op for op in nested_ops(module.operation) if op.name == "stablehlo.while"]
     if not loops:
         return 0
