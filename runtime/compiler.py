@@ -328,6 +328,8 @@ def _place_on_one_device(ir: Any, module: Any) -> None:
     scan MLP's forward copied its 16 MiB output stack 256 times a call, 9x XLA's time). Only
     for loops that ``loops_run_in_place`` (``passes/lowering/loop_inits.py``, which gives their
     carries buffers of their own where it can): others IREE 3.13 gets wrong once placed."""
+    # The passes' IR helpers, imported when a module is compiled (as in for_iree): loading
+    # artifacts (a runtime-only install) never needs the compiler.
     from ..passes.lowering.loop_inits import loops_run_in_place
 
     if not loops_run_in_place(module.operation):
