@@ -330,7 +330,7 @@ def _place_on_one_device(ir: Any, module: Any) -> None:
     carries buffers of their own where it can): others IREE 3.13 gets wrong once placed."""
     # The passes' IR helpers, imported when a module is compiled (as in for_iree): loading
     # artifacts (a runtime-only install) never needs the compiler.
-    from ..passes.lowering.loop_inits import loops_run_in_place
+    from ..passes.lowering.legalize import loops_run_in_place
 
     if not loops_run_in_place(module.operation):
         log.info("IREE %s: a loop of this module is not one it updates in place correctly; its carries "

@@ -75,7 +75,7 @@ from ..rules.control_flow import unroll_short_loops
 from ..rules.einsum import EINSUMS, lower_einsum
 from ..rules.indexing import iree_rejects_scatter, scatter_by_elements
 from .lapack import rewrite_lapack_calls
-from .loop_inits import separate_loop_inits
+from .loop_inits import loops_run_in_place, separate_loop_inits  # noqa: F401  (runtime.compiler asks it)
 from .reverse_loops import barrier_reverse_loops
 from ..rules.linalg import lower_cholesky, lower_triangular_solve
 from ..rules.spectral import lower_complex_pad, lower_fft
