@@ -39,10 +39,11 @@
   a ``dot_general`` and a transpose (``einsum.py``).
 * JAX's CPU LAPACK calls (``custom_call @lapack_?potrf_ffi`` / ``@lapack_?trsm_ffi``): the
   ``cholesky`` / ``triangular_solve`` they compute (``lapack.py``), then lowered as those are.
-* A ``while`` loop's large constant initial value that other ops or loops also read (a scan's
-  output stack, a gradient's tape and its reverse loop's cotangents, all zeros): IREE 3.13
-  copies the whole carried buffer at every iteration. Each loop gets a tied copy of its own
-  (``loop_inits.py``; ``runtime.compiler`` removes the other cause of such copies).
+* A ``while`` loop's carry whose initial value is a constant, an argument or read elsewhere (a
+  scan's output stack, a gradient's tape and its reverse loop's cotangents, all zeros): IREE
+  3.13 copies the whole carried buffer at every iteration, and, once the loop's device is named
+  (``runtime.compiler``), changes carries that share a buffer in that one buffer. Where every
+  loop is simple, each such carry gets a tied copy of its own (``loop_inits.py``).
 
 And one for accuracy: a float sum of more than ``summation.BLOCK`` terms (a ``reduce``, or a
 ``dot_general`` with a long contraction and a small result) becomes a blocked sum
