@@ -27,8 +27,11 @@ relative difference of the two between irgrad and XLA (the rows' results agree w
 
 Method: every figure is measured in a fresh process (``--measure-irgrad`` here,
 ``bench_memory_jax.py measure`` for XLA's ``jax.jit(loss)`` and ``jax.jit(jax.value_and_grad)``),
-after loading and compiling and with the arguments in memory (XLA's on its device, irgrad's as
-numpy arrays it uploads each call, as a user calls it). Before each call the high-water RSS is
+after loading and compiling and with the arguments in memory, on the device: XLA's
+``jax.device_put`` arrays, irgrad's ``Module.put`` tensors, and each call's results stay there
+(JAX's arrays; irgrad's ``Function.on_device``). ``irgrad numpy`` is irgrad's first call as most
+users make it, with numpy arguments copied to the device and its results copied back, each call:
+that column includes those copies. Before each call the high-water RSS is
 reset (``echo 5 > /proc/self/clear_refs``); the figure is VmHWM after the call minus the RSS
 before the first call, in MiB. ``first`` and ``second`` are the first two calls; ``second (own)``
 is the second call's peak over the RSS just before it (the first call's result held there): the
@@ -71,8 +74,9 @@ def _run(command: Sequence[str], limit: str, env: dict[str, str] | None = None) 
     return done.stdout
 
 
-def measure_irgrad(vmfb: str, function: str, npz: str, calls: int) -> dict:
-    """One figure, in this (fresh) process: ``function`` of the artifact ``vmfb`` on ``npz``'s arguments."""
+def measure_irgrad(vmfb: str, function: str, npz: str, calls: int, how: str) -> dict:
+    """One figure, in this (fresh) process: ``function`` of the artifact ``vmfb`` on ``npz``'s
+    arguments, ``how`` ``resident`` (put on the device first, results left there) or ``numpy``."""
     import numpy as np
 
     import bench_adjoint  # noqa: F401  (puts the source tree first on sys.path)
@@ -82,7 +86,10 @@ def measure_irgrad(vmfb: str, function: str, npz: str, calls: int) -> dict:
         args = [data[f"arr_{i}"] for i in range(len(data.files))]
     module = igrt.load(Path(vmfb).read_bytes())
     fn = module[function]
-    return {**measure_calls(lambda: fn(*args), calls), "device": module.device}
+    call = fn
+    if how == "resident":  # on the device before the calls, as XLA's arrays are
+        args, call = [module.put(a) for a in args], fn.on_device
+    return {**measure_calls(lambda: call(*args), calls), "device": module.device}
 
 
 def _checkpoints(text: str) -> int | str:
@@ -158,10 +165,10 @@ def run(args: argparse.Namespace) -> int:
               "is not checkpointed)")
     print("second (own): the second call's peak over the RSS just before it, the first call's result held "
           "in both")
-    header = ("| model | batch | program | irgrad first | irgrad second | irgrad second (own) | XLA first "
-              "| XLA second | XLA second (own) | irgrad/XLA | irgrad ms | XLA ms | Δ |")
+    header = ("| model | batch | program | irgrad first | irgrad second | irgrad second (own) | irgrad numpy first "
+              "| XLA first | XLA second | XLA second (own) | irgrad/XLA | irgrad ms | XLA ms | Δ |")
     print(header)
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     failed = 0
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
         for spec in specs:
@@ -178,18 +185,20 @@ def run(args: argparse.Namespace) -> int:
                 failed += 1
                 continue
             for program, function in (("forward", "main"), ("gradient", "main_grad")):
-                ours = figure([sys.executable, __file__, "--measure-irgrad", str(vmfb), function,
-                               str(folder / "args.npz"), str(calls)], args.limit, env)
+                ours, numpy_call = (figure([sys.executable, __file__, "--measure-irgrad", str(vmfb), function,
+                                            str(folder / "args.npz"), str(calls), how], args.limit, env)
+                                    for how in ("resident", "numpy"))
                 checkpointed = [str(args.loop_checkpoints)] if args.loop_checkpoints and name in CHECKPOINTED else []
                 xla = figure([*_peer(name, args), "measure", name, str(batch),
                               "fwd" if program == "forward" else "grad", str(calls), *checkpointed], args.limit)
-                failed += "error" in ours or "error" in xla
+                failed += "error" in ours or "error" in numpy_call or "error" in xla
                 ratio = ("-" if "error" in ours or "error" in xla else  # over the two calls shown
                          f"{max(ours['peaks_mib'][:2]) / max(max(xla['peaks_mib'][:2]), 1e-9):.2f}")
-                print(f"| {name} | {batch} | {program} | {fmt(ours, 0)} | {fmt(ours, 1)} | {fmt(ours, 1, 'own_mib')} "
+                print(f"| {name} | {batch} | {program} | {fmt(ours, 0)} | {fmt(ours, 1)} "
+                      f"| {fmt(ours, 1, 'own_mib')} | {fmt(numpy_call, 0)} "
                       f"| {fmt(xla, 0)} | {fmt(xla, 1)} | {fmt(xla, 1, 'own_mib')} | {ratio} | {fmt_time(ours)} "
                       f"| {fmt_time(xla)} | {delta(ours, xla)} |", flush=True)
-                for who, result in (("irgrad", ours), ("XLA", xla)):
+                for who, result in (("irgrad", ours), ("irgrad numpy", numpy_call), ("XLA", xla)):
                     if "error" in result:
                         print(f"  {who} {name}:{batch} {program}: {result['error'][:300]}")
     return 1 if failed else 0
@@ -211,7 +220,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "same segments of scan_mlp's scan")
     parser.add_argument("--env", action="append", metavar="NAME=VALUE",
                         help="environment of irgrad's measuring processes (e.g. IRGRAD_KEEP_HEAP=0)")
-    parser.add_argument("--measure-irgrad", nargs=4, metavar=("VMFB", "FUNCTION", "NPZ", "CALLS"),
+    parser.add_argument("--measure-irgrad", nargs=5, metavar=("VMFB", "FUNCTION", "NPZ", "CALLS", "HOW"),
                         help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -219,8 +228,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.measure_irgrad:
-        vmfb, function, npz, calls = args.measure_irgrad
-        print(json.dumps(measure_irgrad(vmfb, function, npz, int(calls))))
+        vmfb, function, npz, calls, how = args.measure_irgrad
+        print(json.dumps(measure_irgrad(vmfb, function, npz, int(calls), how)))
         return 0
     return run(args)
 

@@ -44,7 +44,7 @@ def _compile(text: str, path: Path) -> Path:
 
 def _measure(vmfb: Path, npz: Path, calls: int, limit: str) -> dict:
     return figure([sys.executable, str(HERE / "bench_memory.py"), "--measure-irgrad", str(vmfb), "main_grad",
-                   str(npz), str(calls)], limit)
+                   str(npz), str(calls), "resident"], limit)
 
 
 def _same(a: Path, b: Path, npz: Path) -> float:

@@ -11,7 +11,7 @@ from .cache import CacheInfo, cache_info, cache_root, cache_size_limit, clear_ca
 from .compiler import cache_dir, cache_stats, clear_memory_cache, compile, compiler_version
 from .devices import DriverProbe, TargetInfo, available_drivers, probe_drivers, targets
 from .errors import ArtifactError, CompileError, DeviceError, IRParseError
-from .loader import Function, Module, load, runtime_version
+from .loader import DeviceTensor, Function, Module, load, runtime_version
 from .options import CompileOptions, Target
 from .signature import DTYPES, Signature, TensorType, parse_signatures
 
@@ -23,6 +23,7 @@ __all__ = [
     "CompileOptions",
     "DTYPES",
     "DeviceError",
+    "DeviceTensor",
     "DriverProbe",
     "Function",
     "IRParseError",

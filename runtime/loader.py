@@ -1,7 +1,9 @@
 """Loading an artifact on a device and calling its functions with numpy arrays.
 
 Arguments are checked against the function's signature before IREE sees
-them; results come back as numpy arrays that own their memory.
+them; results come back as numpy arrays that own their memory. ``DeviceTensor`` objects
+(``Module.put``, ``Function.on_device``) keep arrays in the device's memory between
+calls, as JAX's arrays do: passed to a function they are used where they are.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .options import host_arch, Target
 from .signature import Signature, TensorType
 from .trainer import Trainer
 
-__all__ = ["load", "Module", "Function"]
+__all__ = ["load", "Module", "Function", "DeviceTensor"]
 
 
 @functools.cache
@@ -106,9 +108,7 @@ class Function:
         import iree.runtime as rt
 
         hal = module._device.hal_device
-        self._copy_to_device = functools.partial(
-            hal.allocator.allocate_buffer_copy, memory_type=rt.MemoryType.DEVICE_LOCAL,
-            allowed_usage=rt.BufferUsage.DEFAULT, device=hal)
+        self._copy_to_device = module._copy_to_device
         # A function compiled with a transient arena (CompileOptions.transient_arena) takes it
         # as a last argument: one buffer of the size IREE exports, allocated on the first call
         # and reused by every call after it (a call made while another thread's holds it gets
@@ -140,17 +140,52 @@ class Function:
     def call_flat(self, *args: Any) -> list[np.ndarray]:
         """Runs the function and returns every result in a list.
 
+        Arguments are numpy arrays (or values numpy converts), copied to the device for the
+        call, or ``DeviceTensor`` objects of this device, used where they are.
+
         Raises:
             TypeError: wrong number of arguments, or an array of the wrong dtype.
             ValueError: an argument of the wrong shape.
+            DeviceError: a ``DeviceTensor`` of another device.
         """
+        return self._download(self._views(args), self.signature.outputs)
+
+    def on_device(self, *args: Any) -> DeviceTensor | tuple[DeviceTensor, ...] | None:
+        """Runs the function and leaves its results in the device's memory: one
+        ``DeviceTensor`` for one result, a tuple for several, None for none (as a call).
+
+        Nothing is copied to the host: pass the results to this module's functions (or those
+        of another module on the same device) as they are, and read them with
+        ``np.asarray(tensor)`` when needed. Raises as ``call_flat``."""
+        device = self._module._device
+        results = [DeviceTensor(view, device, t.dtype)
+                   for view, t in zip(self._views(args), self.signature.outputs)]
+        if len(results) == 1:
+            return results[0]
+        return tuple(results) if results else None
+
+    def _views(self, args: Sequence[Any]) -> list[Any]:
+        """Runs the function on ``args``: its results as device buffer views."""
         sig = self.signature
         if len(args) != len(sig.inputs):
             raise TypeError(f"{sig.name} expects {len(sig.inputs)} arguments, got {len(args)}")
         unused = self._unused
-        views = self._invoke([self._placeholder(i, arg) if i in unused else self._upload(i, arg)
-                              for i, arg in enumerate(args)])
-        return self._download(views, sig.outputs)
+        return self._invoke([self._resident(i, arg) if type(arg) is DeviceTensor
+                             else self._placeholder(i, arg) if i in unused else self._upload(i, arg)
+                             for i, arg in enumerate(args)])
+
+    def _resident(self, index: int, tensor: DeviceTensor) -> Any:
+        """A ``DeviceTensor`` argument, checked: its buffer view, as it is."""
+        want = self.signature.inputs[index]
+        where = f"{self.signature.name} argument {index}"
+        if tensor._device is not self._module._device:
+            raise DeviceError(f"{where}: the tensor is in the memory of {tensor.device!r}, this module runs on "
+                              f"{self._module.device!r}; pass np.asarray(tensor) or put it on this device")
+        if tensor.dtype != want.dtype:
+            raise TypeError(f"{where}: expected dtype {want.dtype}, got a {tensor.dtype} DeviceTensor")
+        if not want.matches_shape(tensor.shape):
+            raise ValueError(f"{where}: expected shape {_fmt_shape(want.shape)}, got {_fmt_shape(tensor.shape)}")
+        return tensor._view
 
     def _checked(self, index: int, arg: Any) -> np.ndarray:
         dtype, shape, _, _ = self._inputs[index]
@@ -226,7 +261,7 @@ class Function:
                                              for v, t in zip(views, types)):
             # A CPU device's results are host memory: map and copy, nothing to convert.
             return [v.map().asarray(v.shape, _PLAIN_DTYPES[t.dtype]).copy() for v, t in zip(views, types)]
-        return _to_numpy(self._module._device.hal_device, views, types, self._staging)
+        return _to_numpy(self._module._device.hal_device, views, [t.dtype for t in types], self._staging)
 
     def _check(self, index: int, arg: Any, want: TensorType) -> np.ndarray:
         where = f"{self.signature.name} argument {index}"
@@ -255,15 +290,11 @@ class Function:
                 raise TypeError(f"{where}: cannot convert to {want.dtype}: {error}") from None
         if not want.matches_shape(array.shape):
             raise ValueError(f"{where}: expected shape {_fmt_shape(want.shape)}, got {_fmt_shape(array.shape)}")
-        if array.itemsize < 4 and array.nbytes % 4 and self._module._portable_vulkan:
-            raise ValueError(
-                f"{where}: IREE 3.13's portable Vulkan target (32-bit storage only) reads {want.dtype} inputs "
-                f"of {array.nbytes} bytes (not a multiple of 4) wrongly; recompile with your GPU's Vulkan "
-                "target (extra flag --iree-vulkan-target=..., e.g. ampere, rdna3, valhall) or pass a wider dtype")
+        self._module._check_width(where, array, want.dtype)
         return array
 
 
-def _to_numpy(hal_device: Any, views: Sequence[Any], wants: Sequence[TensorType],
+def _to_numpy(hal_device: Any, views: Sequence[Any], dtypes: Sequence[str],
               staging: dict[int, list[Any]]) -> list[np.ndarray]:
     """Copies result buffer views into numpy arrays that own their memory.
 
@@ -277,8 +308,8 @@ def _to_numpy(hal_device: Any, views: Sequence[Any], wants: Sequence[TensorType]
     arrays: list[Any] = [None] * len(views)
     queued: list[tuple[int, int, Any, list[int], Any]] = []
     semaphore = None
-    for i, (view, want) in enumerate(zip(views, wants)):
-        storage, _ = _element_types()[want.dtype]
+    for i, (view, dtype) in enumerate(zip(views, dtypes)):
+        storage, _ = _element_types()[dtype]
         shape = list(view.shape)
         buffer = view.get_buffer()
         mappable = (buffer.memory_type() & int(rt.MemoryType.HOST_VISIBLE)) and (
@@ -305,19 +336,79 @@ def _to_numpy(hal_device: Any, views: Sequence[Any], wants: Sequence[TensorType]
         for i, size, target, shape, storage in queued:
             arrays[i] = np.array(target.map().asarray(shape, storage), copy=True)
             staging.setdefault(size, []).append(target)
-    return [_host_dtype(array, want) for array, want in zip(arrays, wants)]
+    return [_host_dtype(array, dtype) for array, dtype in zip(arrays, dtypes)]
 
 
-def _host_dtype(array: np.ndarray, want: TensorType) -> np.ndarray:
-    if want.dtype == "bool":
+def _host_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bool":
         return array.astype(bool)
-    if want.dtype == "bfloat16":
+    if dtype == "bfloat16":
         bf16 = _bfloat16()
         if bf16 is not None:
             return array.view(bf16)
         # Without ml_dtypes, widen exactly to float32 (bfloat16 is its top half).
         return (array.astype(np.uint32) << 16).view(np.float32)
     return array
+
+
+class DeviceTensor:
+    """An array in a device's memory: ``Module.put(array)``, or a result of
+    ``Function.on_device``.
+
+    Passed to a function of a module on the same device it is used where it is, with no
+    copy; ``shape`` and ``dtype`` (irgrad's dtype name) say what it holds. ``np.asarray(t)``
+    reads it on the host: on a CPU device (``local-task``, ``local-sync``) a read-only view
+    of the device buffer itself, which it keeps alive, with no copy; elsewhere (and for
+    ``bool``, ``bfloat16``) a copy. ``t.numpy()`` is always a copy the caller owns."""
+
+    __slots__ = ("_view", "_device", "dtype", "shape")
+
+    def __init__(self, view: Any, device: Device, dtype: str) -> None:
+        self._view = view
+        self._device = device
+        self.dtype: str = dtype
+        self.shape: tuple[int, ...] = tuple(view.shape)
+
+    @property
+    def device(self) -> str:
+        """The driver whose memory holds the tensor, e.g. ``local-task``."""
+        return self._device.driver
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the tensor takes on the device."""
+        return int(self._view.byte_length)
+
+    def __repr__(self) -> str:
+        return f"<irgrad DeviceTensor {TensorType(self.shape, self.dtype)} on {self.device}>"
+
+    def numpy(self) -> np.ndarray:
+        """The tensor copied into a numpy array the caller owns."""
+        return _to_numpy(self._device.hal_device, [self._view], [self.dtype], {})[0]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy or not self._view.byte_length or self.dtype not in _PLAIN_DTYPES \
+                or self._device.driver.split("://")[0] not in _HOST_DRIVERS:
+            array = self.numpy()
+        else:
+            mapping = self._view.map()
+            array = np.asarray(_MappedArray(mapping, mapping.asarray(self.shape, _PLAIN_DTYPES[self.dtype])))
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+
+class _MappedArray:
+    """What numpy reads a mapped device buffer through: the array's ``base``, it holds the
+    mapping (which holds the buffer) for as long as the array lives, and marks the memory
+    read-only (IREE maps it for reading; a result may be one of the module's constants)."""
+
+    def __init__(self, mapping: Any, array: np.ndarray) -> None:
+        self._mapping = mapping
+        interface = dict(array.__array_interface__)
+        interface["data"] = (interface["data"][0], True)
+        self.__array_interface__ = interface
+
+
+_HOST_DRIVERS = ("local-sync", "local-task")
 
 
 class Module:
@@ -337,7 +428,13 @@ class Module:
         self._portable_vulkan = device.driver == "vulkan" and not any(
             str(f).startswith("--iree-vulkan-target") for f in flags)
         self._callables: dict[str, Function] = {}
-        self._host_memory = device.driver in ("local-sync", "local-task")
+        self._host_memory = device.driver in _HOST_DRIVERS
+        import iree.runtime as rt
+
+        hal = device.hal_device
+        self._copy_to_device = functools.partial(
+            hal.allocator.allocate_buffer_copy, memory_type=rt.MemoryType.DEVICE_LOCAL,
+            allowed_usage=rt.BufferUsage.DEFAULT, device=hal)
 
     @property
     def device(self) -> str:
@@ -359,6 +456,39 @@ class Module:
 
     def __contains__(self, name: object) -> bool:
         return name in self.functions
+
+    def put(self, array: Any, dtype: str | None = None) -> DeviceTensor:
+        """``array`` copied once into the memory of this module's device: a ``DeviceTensor``
+        that calls take without copying it again (weights, a batch used by several calls).
+
+        ``dtype``: irgrad's name of the dtype to store (``float32``, ``bfloat16``...; default:
+        the array's own). Raises TypeError for a dtype the runtime has no element type for
+        or values that do not convert to ``dtype``."""
+        where = "put"
+        if dtype is None:
+            array = np.asarray(array)
+            dtype = "bfloat16" if array.dtype == _bfloat16() else array.dtype.name
+        if dtype not in _element_types():
+            raise TypeError(f"{where}: no device element type for dtype {dtype}; use one of "
+                            f"{', '.join(_element_types())}")
+        want = _numpy_dtype(dtype)
+        if want is None:
+            raise TypeError(f"{where}: bfloat16 arrays need numpy's bfloat16 dtype from ml_dtypes")
+        try:
+            array = np.asarray(array, dtype=want)
+        except (OverflowError, TypeError, ValueError) as error:
+            raise TypeError(f"{where}: cannot convert to {dtype}: {error}") from None
+        self._check_width(where, array, dtype)
+        storage, element_type = _element_types()[dtype]
+        view = self._copy_to_device(buffer=np.asarray(array, order="C").view(storage), element_type=element_type)
+        return DeviceTensor(view, self._device, dtype)
+
+    def _check_width(self, where: str, array: np.ndarray, dtype: str) -> None:
+        if array.itemsize < 4 and array.nbytes % 4 and self._portable_vulkan:
+            raise ValueError(
+                f"{where}: IREE 3.13's portable Vulkan target (32-bit storage only) reads {dtype} inputs "
+                f"of {array.nbytes} bytes (not a multiple of 4) wrongly; recompile with your GPU's Vulkan "
+                "target (extra flag --iree-vulkan-target=..., e.g. ampere, rdna3, valhall) or pass a wider dtype")
 
     def trainer(self, params, function: str | None = None):
         """A ``Trainer`` on this module's training step (``function``: its name, needed when
