@@ -13,6 +13,8 @@ import irgrad as ig
 from irgrad.passes.lowering.legalize import legalize_text
 from irgrad.passes.lowering.summation import THRESHOLD
 
+from hostprogram import largest_buffer
+
 F32 = np.float32
 TOLERANCE = 1e-6
 
@@ -90,7 +92,8 @@ func.func @main(%x: tensor<{s}f32>) -> tensor<{out}f32> {{
     ((4, 3 * THRESHOLD + 5, 3), [1], 0.0),    # a middle dimension, kept dims on both sides
     ((3 * THRESHOLD + 1, 7), [0], 2.5),       # a leading dimension (a bias gradient's sum), an init value
     ((40, 9, 30), [0, 2], 0.0),               # two dimensions, neither alone past the threshold
-    ((6, 70, 80), [0, 1, 2], -1.0),           # everything (flattened first, legalize.py)
+    ((6, 70, 80), [0, 1, 2], -1.0),           # everything: the inner dimension first, then the partials flat
+    ((2, 2, 300), [0, 1, 2], 0.0),            # everything, the inner dimension split
 ])
 def test_blocked_sums_equal_the_sum(shape, dims, init):
     text = _reduce_module(shape, dims, init)
@@ -98,6 +101,45 @@ def test_blocked_sums_equal_the_sum(shape, dims, init):
     x = np.random.default_rng(3).standard_normal(shape).astype(F32)
     want = x.astype(np.float64).sum(axis=tuple(dims)) + init
     np.testing.assert_allclose(_run(text, x), want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_blocked_sum_takes_its_operands_producer_in_its_first_reduce():
+    """A mean-squared error over 256x128x128: IREE computes the squares inside the blocked sum's
+    first reduce (over the operand's inner dimension, no reshape before it), so no buffer of the
+    operand's size is allocated; the operand reshaped flat first made a 16 MiB temporary."""
+    t = "tensor<256x128x128xf32>"
+    text = f"""func.func @main(%a: {t}, %b: {t}) -> tensor<f32> {{
+  %d = stablehlo.subtract %a, %b : {t}
+  %s = stablehlo.multiply %d, %d : {t}
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %r = stablehlo.reduce(%s init: %z) applies stablehlo.add across dimensions = [0, 1, 2] : ({t}, tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}}"""
+    assert largest_buffer(text) < (1 << 20)  # the partial sums (128 KiB), the result
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((256, 128, 128)).astype(F32) for _ in range(2))
+    want = np.square(a.astype(np.float64) - b).sum()
+    assert relative_error(_run(text, a, b), want) < TOLERANCE
+
+
+def test_a_large_sum_of_a_broadcast_product_compiles():
+    """IREE 3.13's vector.contract bug (tests/fixtures/iree313_vector_contract_reduce.mlir) at a
+    size past the threshold: sum(mean(x, 0) * x) blocked, its last partials reduced flat."""
+    a, b = 40, 60
+    text = f"""func.func @main(%x: tensor<{a}x{b}xf32>) -> tensor<f32> {{
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %n = stablehlo.constant dense<{a}.0> : tensor<{b}xf32>
+  %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<{a}x{b}xf32>, tensor<f32>) -> tensor<{b}xf32>
+  %m = stablehlo.divide %s, %n : tensor<{b}xf32>
+  %r = stablehlo.reshape %m : (tensor<{b}xf32>) -> tensor<1x{b}xf32>
+  %bb = stablehlo.broadcast_in_dim %r, dims = [0, 1] : (tensor<1x{b}xf32>) -> tensor<{a}x{b}xf32>
+  %p = stablehlo.multiply %bb, %x : tensor<{a}x{b}xf32>
+  %t = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<{a}x{b}xf32>, tensor<f32>) -> tensor<f32>
+  return %t : tensor<f32>
+}}"""
+    x = np.random.default_rng(6).standard_normal((a, b)).astype(F32)
+    x64 = x.astype(np.float64)
+    assert relative_error(_run(text, x), (x64.mean(0) * x64).sum()) < TOLERANCE
 
 
 def test_a_short_sum_and_a_float64_sum_are_left_alone():

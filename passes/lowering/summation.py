@@ -68,7 +68,9 @@ def blocked_sum(x: ir.Value, dims: list[int]) -> ir.Value:
     """``x`` summed over ``dims`` with no running sum longer than ``BLOCK`` terms."""
     xs = list(shape(x))
     dims = sorted(dims)
-    if math.prod(xs[d] for d in dims) <= BLOCK:
+    if math.prod(xs[d] for d in dims) <= BLOCK:  # (a partial sum: the first stage sums more)
+        if len(dims) == len(xs) > 1:  # every dimension: one, as legalize reduces them (its vector.contract bug)
+            return hlo.reduce_sum(hlo.reshape(x, [math.prod(xs)]), [0])
         return hlo.reduce_sum(x, dims)
     inner, size = [], 1
     for d in reversed(dims):  # innermost first: contiguous in memory
