@@ -388,7 +388,7 @@ class DeviceTensor:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy or not self._view.byte_length or self.dtype not in _PLAIN_DTYPES \
-                or self._device.driver.split("://")[0] not in _HOST_DRIVERS:
+                or not _host_memory(self._device):
             array = self.numpy()
         else:
             mapping = self._view.map()
@@ -408,7 +408,9 @@ class _MappedArray:
         self.__array_interface__ = interface
 
 
-_HOST_DRIVERS = ("local-sync", "local-task")
+def _host_memory(device: Device) -> bool:
+    """Whether the device's buffers are host memory (a CPU driver's), mapped without a copy."""
+    return device.driver in ("local-sync", "local-task")
 
 
 class Module:
@@ -428,7 +430,7 @@ class Module:
         self._portable_vulkan = device.driver == "vulkan" and not any(
             str(f).startswith("--iree-vulkan-target") for f in flags)
         self._callables: dict[str, Function] = {}
-        self._host_memory = device.driver in _HOST_DRIVERS
+        self._host_memory = _host_memory(device)
         import iree.runtime as rt
 
         hal = device.hal_device

@@ -1,5 +1,6 @@
 """Regions and symbols: copying a region inline, walking nested ops, erasing them safely,
-finding a called function, reading a composite's name and attributes."""
+finding a called function, reading a composite's name and attributes, a value's producer and
+whether an op is nested in another."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -59,6 +60,21 @@ def inline_region(op: ir.Operation, index: int, args: Sequence[ir.Value],
     body[-1].erase()
     clone.erase()
     return results
+
+
+def producer(v: ir.Value) -> ir.Operation | None:
+    """The op whose result ``v`` is (None for a block argument)."""
+    return v.owner.operation if isinstance(v, ir.OpResult) else None
+
+
+def inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
+    """Whether ``op`` is ``ancestor`` or nested, at any depth, in its regions."""
+    while op is not None:
+        if op == ancestor:
+            return True
+        parent = op.parent
+        op = parent.operation if parent is not None else None
+    return False
 
 
 def nested_ops(op: ir.Operation) -> Iterator[ir.Operation]:

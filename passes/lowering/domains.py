@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from ..ir import hlo
 from ..ir.mlir import is_float, ir, shape
-from ..ir.regions import nested_ops
+from ..ir.regions import nested_ops, producer
 from .dynamic_shapes import ELEMENTWISE
 
 __all__ = ["guard_domains"]
@@ -42,13 +42,9 @@ __all__ = ["guard_domains"]
 _LOCAL = ELEMENTWISE | {"stablehlo.constant", "stablehlo.while", "func.call"}
 
 
-def _producer(v: ir.Value) -> ir.Operation | None:
-    return v.owner.operation if isinstance(v, ir.OpResult) else None
-
-
 def _is_splat(v: ir.Value) -> bool:
     """A constant, or a broadcast of a scalar constant."""
-    op = _producer(v)
+    op = producer(v)
     if op is None:
         return False
     if op.name == "stablehlo.broadcast_in_dim" and shape(op.operands[0]) == ():
@@ -59,7 +55,7 @@ def _is_splat(v: ir.Value) -> bool:
 def _domain_leaves(pred: ir.Value, out: tuple[int, ...], ops: set[ir.Operation]) -> set[ir.Value] | None:
     """The values an ``or`` of compares tests (condition 2), its ops and those of its
     constants added to ``ops``; None if ``pred`` is not such a test."""
-    op = _producer(pred)
+    op = producer(pred)
     if op is None:
         return None
     ops.add(op)
@@ -77,11 +73,11 @@ def _domain_leaves(pred: ir.Value, out: tuple[int, ...], ops: set[ir.Operation])
     if not tested or any(shape(v) != out or not is_float(v) for v in tested):
         return None
     for v in op.operands:
-        while _is_splat(v) and (producer := _producer(v)) is not None:
-            ops.add(producer)
-            if producer.name == "stablehlo.constant":
+        while _is_splat(v) and (made_by := producer(v)) is not None:
+            ops.add(made_by)
+            if made_by.name == "stablehlo.constant":
                 break
-            v = producer.operands[0]
+            v = made_by.operands[0]
     return set(tested)
 
 
@@ -107,7 +103,7 @@ def _slice(w: ir.Value, stop: set[ir.Value], block: ir.Block) -> set[ir.Operatio
     todo = [w]
     while todo:
         v = todo.pop()
-        op = _producer(v)
+        op = producer(v)
         if v in stop or op is None or op in seen:
             continue
         if op.name not in _LOCAL and not (op.name == "stablehlo.broadcast_in_dim" and shape(op.operands[0]) == ()):
@@ -140,7 +136,7 @@ def _guard(select: ir.Operation, block: ir.Block) -> bool:
     ops = [o.operation for o in block.operations]
     position = {op: i for i, op in enumerate(ops)}
     # P is built right after the last leaf (JAX may compute it after w: igamma's NaN test).
-    start = max((position[p] + 1 for v in leaves if (p := _producer(v)) is not None), default=0)
+    start = max((position[p] + 1 for v in leaves if (p := producer(v)) is not None), default=0)
     rewired = [(use.owner.operation if hasattr(use.owner, "operation") else use.owner, use.operand_number)
                for leaf in leaves for use in leaf.uses]
     rewired = [(owner, k) for owner, k in rewired if _top_op(owner, block) in body]

@@ -31,6 +31,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from ..ir import hlo
+from ..ir.regions import producer
 from ..ir.mlir import SHAPE_DIALECT_HOOKS, ir, shape
 from ..transforms.batching import remake
 
@@ -93,20 +94,13 @@ def _constant_ints(v: ir.Value) -> list[int] | None:
     return [int(x) for x in np.broadcast_to(array, (n,)).reshape(-1)] if array.size in (1, n) else None
 
 
-def _producer(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if isinstance(owner, ir.OpView) else owner
-
-
 def _scalar(v: ir.Value) -> Hashable:
     """The key of a one-element integer value, through reshapes and converts."""
     while True:
         values = _constant_ints(v)
         if values is not None and len(values) == 1:
             return ("const", values[0])
-        op = _producer(v)
+        op = producer(v)
         if op is not None and op.name == "tensor.extract" and len(op.operands) == 2:
             at = _constant_ints(op.operands[1])  # element j of a 1-D shape (TF's bridge)
             if at is not None and len(shape(op.operands[0])) == 1:
@@ -132,7 +126,7 @@ def _element(v: ir.Value, j: int) -> Hashable:
     values = _constant_ints(v)
     if values is not None:
         return ("const", values[j])
-    op = _producer(v)
+    op = producer(v)
     if op is not None:
         if op.name == "stablehlo.concatenate":
             for part in op.operands:
@@ -165,11 +159,11 @@ def same_size(v: ir.Value, j: int, x: ir.Value) -> bool:
     key = _element(v, j)
     if key == _dim(x, j):
         return True
-    op = _producer(key[1]) if key[0] == "int" else None
+    op = producer(key[1]) if key[0] == "int" else None
     if op is not None and op.name == "stablehlo.get_dimension_size" and op.operands[0] == x \
             and hlo.read_int(op, "dimension") == j:
         return True
-    anchor = x.owner.owner if isinstance(x.owner, ir.Block) else _producer(x)
+    anchor = x.owner.owner if isinstance(x.owner, ir.Block) else producer(x)
     ops: list[ir.Operation] = []
     _walk(enclosing_function(anchor), ops)
     classes = _classes_of(ops)
@@ -531,7 +525,7 @@ def _dot_needs_groups(op: ir.Operation) -> bool:
 
 
 def _compose_broadcast(op: ir.Operation) -> ir.Value | None:
-    inner = _producer(op.operands[0])
+    inner = producer(op.operands[0])
     if inner is None or inner.name != "stablehlo.dynamic_broadcast_in_dim":
         return None
 
@@ -707,7 +701,7 @@ def _index_constant(n: int) -> ir.Value:
 
 def _extents(v: ir.Value) -> list[ir.Value] | None:
     """The index scalars of a 1-D shape value (``tensor.from_elements`` or a constant)."""
-    op = _producer(v)
+    op = producer(v)
     if op is not None and op.name == "tensor.from_elements":
         return list(op.operands)
     values = _constant_ints(v)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..ir import hlo
 from ..ir.mlir import ir, shape
-from ..ir.regions import nested_ops
+from ..ir.regions import inside, nested_ops, producer
 from ..transforms.batching import remake
 from .dynamic_shapes import ELEMENTWISE
 
@@ -28,19 +28,6 @@ MAX_OPS = 32  # elementwise ops recomputed per slice, at most
 _SINKABLE = ELEMENTWISE - {"stablehlo.optimization_barrier", "stablehlo.bitcast_convert", "chlo.top_k_placeholder"}
 _NOT_BUFFERS = ("stablehlo.broadcast_in_dim", "stablehlo.iota", "stablehlo.broadcast", "stablehlo.dynamic_iota",
                 "stablehlo.dynamic_broadcast_in_dim")
-
-
-def _owner(v: ir.Value) -> ir.Operation | None:
-    return v.owner.operation if isinstance(v.owner, (ir.Operation, ir.OpView)) else None
-
-
-def _inside(op: ir.Operation, loop: ir.Operation) -> bool:
-    while op is not None:
-        if op == loop:
-            return True
-        parent = op.parent
-        op = parent.operation if parent is not None else None
-    return False
 
 
 def _scalar_broadcast(op: ir.Operation) -> bool:
@@ -60,7 +47,7 @@ def _chain(v: ir.Value, loop: ir.Operation) -> list[ir.Operation] | None:
         if x in seen:
             continue
         seen.add(x)
-        op = _owner(x)
+        op = producer(x)
         sinkable = (op is not None and op.name in _SINKABLE and len(op.results) == 1 and op.parent == loop.parent
                     and not len(op.regions))
         if x == v and not sinkable:
@@ -80,7 +67,7 @@ def _sliced(v: ir.Value, chain: list[ir.Operation], starts: list[ir.Value], size
     """``dynamic_slice(v, starts, sizes)``, computed from the slices of ``v``'s leaves."""
     if v in made:
         return made[v]
-    op = _owner(v)
+    op = producer(v)
     if op is not None and any(op == c for c in chain):
         operands = [_sliced(x, chain, starts, sizes, made) if shape(x) == shape(v) else x for x in op.operands]
         elem_type = ir.RankedTensorType(v.type).element_type
@@ -102,14 +89,14 @@ def sink_sliced_elementwise(module: ir.Module) -> int:
         reads: dict[ir.Value, list[ir.Operation]] = {}
         for op in body:
             for v in op.operation.operands:
-                owner = _owner(v)
+                owner = producer(v)
                 if owner is not None and owner.parent == loop.parent and owner.name in _SINKABLE \
                         and hlo.is_static(v):
                     reads.setdefault(v, [])
         for v in list(reads):
             for use in v.uses:
                 user = use.owner.operation
-                if not _inside(user, loop):
+                if not inside(user, loop):
                     continue
                 if user.name != "stablehlo.dynamic_slice" or use.operand_number != 0 \
                         or not any(user == op.operation for op in body):

@@ -54,7 +54,7 @@ from contextvars import ContextVar
 import numpy as np
 
 from ..ir import hlo
-from ..ir.regions import discard, inline_region, nested_ops
+from ..ir.regions import discard, inline_region, inside, nested_ops
 from ..transforms.backprop import backprop, backprop_local, captured_values, op_inputs
 from ..lowering.choices import loop_adjoint_form, unroll_loop
 from ..ir.mlir import elem, ir, is_float, shape, tensor_type
@@ -71,14 +71,6 @@ def _scalar(value: int, element: str = "int32") -> ir.Value:
     return hlo.splat(value, tensor_type([], element))
 
 
-def _inside(o: ir.Operation, op: ir.Operation) -> bool:
-    while o is not None:
-        if o == op:
-            return True
-        o = o.parent
-    return False
-
-
 def isolate(op: ir.Operation) -> None:
     """Pass the values ``op``'s regions capture through one optimization_barrier placed
     before ``op``. IREE 3.13 otherwise fails at run time on some adjoint ``case`` ops
@@ -92,7 +84,7 @@ def isolate(op: ir.Operation) -> None:
         fenced = hlo.optimization_barrier(captured)
     for old, new in zip(captured, fenced):
         for use in list(old.uses):
-            if _inside(use.owner, op):
+            if inside(use.owner, op):
                 use.owner.operands[use.operand_number] = new
 
 
@@ -220,7 +212,7 @@ def _invariant(op: ir.Operation, v: ir.Value) -> ir.Value | None:
         if v.owner == cond:
             return op.operands[v.arg_number] if v.arg_number not in _varying(op) else None
         return v  # an argument of a block around the loop
-    return None if _inside(v.owner.operation, op) else v
+    return None if inside(v.owner.operation, op) else v
 
 
 def _symbolic_count(op: ir.Operation) -> ir.Value | None:
@@ -430,7 +422,7 @@ def _live_carries(loop: ir.Operation) -> list[bool]:
             if v.owner == body and not live[v.arg_number]:
                 live[v.arg_number] = True
                 stack.append(returned[v.arg_number])
-        elif _inside(v.owner.operation, loop):
+        elif inside(v.owner.operation, loop):
             stack.extend(op_inputs(_top(v.owner, body)))
     return live
 
