@@ -163,3 +163,13 @@ def test_vulkan_tensors_come_back_through_staging(affine_vmfb):
     assert np.asarray(h).flags.writeable  # a copy: a GPU's memory is not read in place
     np.testing.assert_array_equal(c.numpy(), [1.5, -2.0])
     np.testing.assert_array_equal(module.put([True, False, True, True]).numpy(), [True, False, True, True])
+    with pytest.raises(ValueError, match="put: IREE 3.13's portable Vulkan target .* int8 inputs of 3 bytes"):
+        module.put(np.array([1, 2, 3], np.int8))  # read wrongly there, as a call's argument would be
+
+
+def test_put_of_bfloat16_without_ml_dtypes_is_refused(monkeypatch, affine_vmfb):
+    from irgrad.runtime import loader
+
+    monkeypatch.setattr(loader, "_bfloat16", lambda: None)
+    with pytest.raises(TypeError, match="put: bfloat16 arrays need numpy's bfloat16 dtype from ml_dtypes"):
+        igrt.load(affine_vmfb).put([1.0], "bfloat16")
