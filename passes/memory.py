@@ -2,10 +2,16 @@
 fits a gradient under a memory limit (``passes.differentiate(..., memory_limit=...)``).
 
 The estimate is liveness in program order, over the function as IREE is given it (after
-``lowering.legalize``: a convolution's patches are values of their own): the arguments (the
-caller holds them for the whole call), then each op's results from the op that makes them to
-their last use (a use inside a region counts at the op that holds the region); at each op, the
-live values, its results and the peak of its regions. A ``while`` body holds its carries once
+``lowering.legalize``: a convolution's patches are values of their own), with the buffers IREE allocates: the
+arguments (the caller holds them for the whole call) and the results (IREE allocates their
+buffers when the call starts), then each op's results from the op that makes them to their last
+use (a use inside a region counts at the op that holds the region); at each op, the live values,
+its results and the peak of its regions. A reshape is a view of its operand, a broadcast read
+only by elementwise ops is computed inside them, and a loop's result for a carry it passes on
+as it is (or, run in place, updates in place from a value dying there) is that carry's buffer:
+none of those makes a buffer. Measured against IREE's host program (its allocations at their
+peak): the 16×1024 MLP's gradient 224.1 MiB estimated, 224.1 allocated; Keras' MobileNetV2 at
+batch 8, 24.0 and 24.1; the scan MLP's 96.3 against 97 measured (RSS). A ``while`` body holds its carries once
 more (IREE gives an iteration's carries buffers of their own: measured, the scan benchmark's
 √n-checkpointed gradient, loops in loops, peaked at 664 MiB against 185 without), but for
 those a loop IREE runs in place passes on unchanged or updates in place (a stack's row:
@@ -50,6 +56,7 @@ from dataclasses import dataclass
 
 from .ir import hlo
 from .ir.regions import nested_ops
+from .lowering.dynamic_shapes import ELEMENTWISE
 from .lowering.legalize import legalize_text
 from .lowering.loop_inits import IN_PLACE, simple, updated_in_place
 from .rules.control_flow import checkpoints_in_force
@@ -62,6 +69,9 @@ UNITS = {"": 1, "B": 1, "K": 2 ** 10, "KB": 2 ** 10, "KIB": 2 ** 10, "M": 2 ** 2
 # as much as the forward), and the ops a barrier guards already.
 _KEPT_OPS = {"stablehlo.while", "stablehlo.case", "stablehlo.if", "stablehlo.optimization_barrier",
              "stablehlo.custom_call", "stablehlo.rng", "stablehlo.rng_bit_generator", "func.call"}
+
+
+_FUSING = ELEMENTWISE - {"stablehlo.optimization_barrier"}
 
 
 class MemoryLimitError(ValueError):
@@ -192,6 +202,23 @@ def _remade_carries(loop: ir.Operation) -> list[ir.Value]:
     return [arg for i, (arg, new) in enumerate(zip(body.arguments, ret.operands)) if new != arg and i not in in_place]
 
 
+def _fused(op: ir.Operation) -> bool:
+    """A broadcast whose every reader is elementwise: IREE computes it inside their kernels."""
+    return op.name == "stablehlo.broadcast_in_dim" and all(
+        use.owner.name in _FUSING for use in op.results[0].uses)
+
+
+def _carried_through(loop: ir.Operation) -> tuple[list[int], list[int]]:
+    """The carries of a ``while`` whose results are the buffers of their initial values: those
+    its body passes on as they are, and (a loop IREE runs in place) those it updates in place."""
+    if loop.name != "stablehlo.while":
+        return [], []
+    body = loop.regions[1].blocks[0]
+    ret = list(body.operations)[-1].operation
+    unchanged = [i for i, (arg, new) in enumerate(zip(body.arguments, ret.operands)) if new == arg]
+    return unchanged, updated_in_place(loop) if simple(loop) else []
+
+
 class _Liveness:
     def __init__(self) -> None:
         self.largest, self.largest_op, self.loops, self.dynamic = 0, "-", 0, False
@@ -201,15 +228,25 @@ class _Liveness:
         self.dynamic |= dyn
         return n
 
-    def block(self, block: ir.Block, held: int, boundary: ir.Operation | None = None
-              ) -> tuple[int, str, int]:
+    def block(self, block: ir.Block, held: int, boundary: ir.Operation | None = None,
+              allocated: frozenset = frozenset()) -> tuple[int, str, int]:
         """Peak bytes of running ``block`` with ``held`` bytes live throughout (its arguments,
-        counted by the caller), the op at the peak, and the bytes live where ``boundary`` starts."""
+        and the ``allocated`` values' buffers, counted by the caller), the op at the peak, and the
+        bytes live where ``boundary`` starts."""
         ops = [o.operation for o in block.operations]
         last: dict[ir.Value, int] = {}
         for i, op in enumerate(ops):
             for v in _inputs(op):
                 last[v] = i
+        for i in reversed(range(len(ops))):
+            # A reshape is a view of its operand's buffer (IREE copies nothing), and a loop's
+            # result for a carry passed on as it is, its initial value: the buffer lives as long
+            # as the view.
+            views = [(0, 0)] if ops[i].name == "stablehlo.reshape" or _fused(ops[i]) \
+                else [(k, k) for k in _carried_through(ops[i])[0]]
+            for k, r in views:
+                v = ops[i].operands[k]
+                last[v] = max(last.get(v, i), last.get(ops[i].results[r], i))
         live, peak, at, at_boundary = held, held, "-", 0
         dying: dict[int, list[ir.Value]] = {}
         counted: dict[ir.Value, int] = {}  # the bytes each live value added (0: it took over a buffer)
@@ -231,13 +268,19 @@ class _Liveness:
             for n in sizes:
                 if n > self.largest:
                     self.largest, self.largest_op = n, _where(op)
-            if op.name in IN_PLACE and last.get(op.operands[0]) == i:
-                # The update writes into the buffer of the value it updates, which dies here (a
-                # tape's row stored into its stack): no new buffer.
-                sizes[0] = 0
-                if op.operands[0] in counted:
-                    counted[op.results[0]] = counted.pop(op.operands[0])
-                    dying[i].remove(op.operands[0])
+            if op.name == "stablehlo.reshape" or _fused(op) or any(r in allocated for r in op.results):
+                sizes = [0] * len(sizes)
+            unchanged, in_place = _carried_through(op)
+            for k in unchanged:
+                sizes[k] = 0
+            for k in in_place if op.name == "stablehlo.while" else [0] if op.name in IN_PLACE else []:
+                if last.get(op.operands[k]) == i:
+                    # The update writes into the buffer of the value it updates, which dies here
+                    # (a tape's row stored into its stack; a loop's stack): no new buffer.
+                    sizes[k] = 0
+                    if op.operands[k] in counted:
+                        counted[op.results[k]] = counted.pop(op.operands[k])
+                        dying[i].remove(op.operands[k])
             made = sum(sizes)
             if live + made + inner > peak:
                 peak, at = live + made + inner, _where(op)
@@ -296,8 +339,12 @@ def estimate(func_op: ir.Operation, compiled: bool = True) -> Estimate:
     arguments = sum(live.size(a) for a in block.arguments)
     ret = list(block.operations)[-1].operation
     results = sum(live.size(v) for v in ret.operands)
+    # IREE allocates the buffers of the results an op of the function makes when the call starts
+    # (the host program's first allocation), not where the op runs.
+    made = frozenset(v for v in ret.operands if isinstance(v, ir.OpResult)
+                     and not _constant_like(v.owner.operation) and not _splat(v.owner.operation))
     boundary = backward_start(func_op)
-    peak, at, tape = live.block(block, arguments, boundary)
+    peak, at, tape = live.block(block, arguments + sum(live.size(v) for v in made), boundary, made)
     return Estimate(ir.StringAttr(func_op.attributes["sym_name"]).value, peak - arguments, arguments, results, tape,
                     live.largest, live.largest_op, at, live.loops, live.dynamic)
 

@@ -342,7 +342,8 @@ def test_cheap_forward_values_are_recomputed_in_the_backward_not_kept(monkeypatc
     assert kept_calls  # the gradient asked for it
     value = 32 * 8 * 8  # bytes of one 32x8 f64 value
     before, after = passes.estimate_peak(kept, "bn_grad"), passes.estimate_peak(lean, "bn_grad")
-    assert before.tape == 3 * 4 * value  # c, the g broadcast, y and r of each layer
+    # c, y and r of each layer (the g broadcast is not stored: IREE computes it in its readers)
+    assert before.tape == 3 * 3 * value
     assert after.tape == 3 * (value + 8 * 8)  # each h and each mean
     assert after.peak <= before.peak * (1 - memory.MIN_SAVING)
     assert "stablehlo.is_finite" in lean.split("@bn_grad(")[1]  # the copies' tie to the backward
@@ -366,3 +367,34 @@ def test_recomputation_that_saves_nothing_is_not_made(monkeypatch, text, func, w
         before = str(grad)
         assert memory.recompute_elementwise(grad) == 0, why
         assert str(grad) == before
+
+
+VIEWS = """
+func.func @f(%x: tensor<8x8xf32>) -> tensor<4x64xf32> {
+  %a = stablehlo.tanh %x : tensor<8x8xf32>
+  %v = stablehlo.reshape %a : (tensor<8x8xf32>) -> tensor<64xf32>
+  %s = stablehlo.broadcast_in_dim %v, dims = [1] : (tensor<64xf32>) -> tensor<4x64xf32>
+  %y = stablehlo.add %s, %s : tensor<4x64xf32>
+  return %y : tensor<4x64xf32>
+}
+"""
+
+
+def test_estimate_counts_buffers_as_iree_allocates_them():
+    """Hand-derived: the result's 1 KiB is allocated when the call starts, the reshape is a view
+    of ``%a``'s 256 B and the broadcast is computed inside the add that reads it: 1280 B, where
+    a buffer per value counted 2.5 KiB."""
+    found = passes.estimate_peak(VIEWS, "f")
+    assert (found.peak, found.results, found.arguments) == (1024 + 256, 1024, 256)
+
+
+@pytest.mark.parametrize("text, func", [(mlp(), "mlp"), (mlp(bias=True), "mlp"), (LOOP, "scan"), (bn_net(3), "bn")],
+                         ids=["mlp", "mlp-bias", "loop", "batch-norms"])
+def test_estimate_is_near_what_iree_allocates(text, func):
+    """The gradient's estimate against the bytes IREE's host program has allocated at once (its
+    ``queue.alloca``/``dealloca`` in order): within 15 % (a straight-line gradient, a loop's)."""
+    from hostprogram import peak_allocation
+
+    grad = passes.differentiate(text, func)
+    allocated = peak_allocation(grad, f"{func}_grad")
+    assert passes.estimate_peak(grad, f"{func}_grad").peak == pytest.approx(allocated, rel=0.15)
