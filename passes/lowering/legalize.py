@@ -81,6 +81,7 @@ from ..rules.indexing import iree_rejects_scatter, scatter_by_elements
 from .lapack import rewrite_lapack_calls
 from .loop_inits import loops_run_in_place, separate_loop_inits  # noqa: F401  (runtime.compiler asks it)
 from .loop_slices import sink_sliced_elementwise
+from .shared_values import split_shared_elementwise
 from .reverse_loops import barrier_reverse_loops
 from ..rules.linalg import lower_cholesky, lower_triangular_solve
 from ..rules.spectral import lower_complex_pad, lower_fft
@@ -285,6 +286,7 @@ def legalize_for_iree(module: ir.Module, dynamic: bool = True) -> int:
             done += signless_loop_carries(module) + signless_dimension_sizes(module)
     with module.context:
         done += sink_sliced_elementwise(module)
+        done += split_shared_elementwise(module)
         done += separate_loop_inits(module)
     return done
 
