@@ -276,8 +276,11 @@ def profile(
         except ValueError as error:  # a --device that cannot run this CPU's code
             raise CLIError(str(error), USAGE) from None
     typer.echo(result.table(top=top or None))
-    # What the call needs, by passes.estimate_peak (iree-benchmark-module times, it does not weigh).
+    # What the call needs: estimated (passes.estimate_peak) and measured (runtime.measure_peak).
     typer.echo(passes.estimate_peak(text, function).line())
+    if result.measured_peak is not None:
+        typer.echo(f"@{function}: measured peak {passes.memory.human(result.measured_peak)} over the memory after "
+                   "loading (first call in a fresh process, arguments on the device)")
 
 
 # ----- run ------------------------------------------------------------------------------

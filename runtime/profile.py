@@ -39,6 +39,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,14 @@ import numpy as np
 from .vmfb import runtime_tool
 from .compiler import compile_flags, compile_vmfb, for_iree
 from .errors import CompileError, DeviceError
+from .loader import load
 from .options import CompileOptions, Target
 from .profile_report import DispatchTime, Profile, describe_dispatch
 from .profile_sources import dispatch_sources, file_locations
 from ..boundary import mlir_bindings, parse
 from .signature import Signature, public_functions, signature_of
 
-__all__ = ["DispatchTime", "Profile", "profile_dispatches", "describe_dispatch"]
+__all__ = ["DispatchTime", "Profile", "profile_dispatches", "describe_dispatch", "measure_peak"]
 
 _BENCHMARK_FUNC = re.compile(r"^\s*util\.func public @([\w$.-]+)\(.*iree\.benchmark = \"dispatch\"", re.M)
 _EXPORT = re.compile(r"hal\.executable\.export public @([\w$.-]+)")
@@ -247,10 +249,10 @@ def _function_of(name: str, functions: Sequence[str]) -> tuple[str | None, int |
 
 # ----- whole calls ----------------------------------------------------------------------
 
-def _input_flags(signature: Signature, folder: Path, seed: int) -> list[str]:
-    """``--input=TYPE=@file`` flags with random data: floats ~ N(0, 1), integers 0, bools random."""
+def _random_inputs(signature: Signature, seed: int) -> list[np.ndarray]:
+    """Random arguments: floats ~ N(0, 1), integers 0, bools random; bfloat16 as its bits (uint16)."""
     rng = np.random.default_rng(seed)
-    flags = []
+    inputs = []
     for i, t in enumerate(signature.inputs):
         if any(d is None for d in t.shape):
             raise ValueError(f"argument {i} has a dynamic shape ({t}); cannot make an input for it")
@@ -263,10 +265,55 @@ def _input_flags(signature: Signature, folder: Path, seed: int) -> list[str]:
             data = rng.integers(0, 2, shape).astype(np.uint8)
         else:
             data = np.zeros(shape, t.dtype)  # zeros are valid indices for gathers and slices
+        inputs.append(data)
+    return inputs
+
+
+def _input_flags(signature: Signature, folder: Path, seed: int) -> list[str]:
+    """``--input=TYPE=@file`` flags with ``_random_inputs``."""
+    flags = []
+    for i, (t, data) in enumerate(zip(signature.inputs, _random_inputs(signature, seed))):
         path = folder / f"input{i}.bin"
         data.tofile(path)
         flags.append(f"--input={t}=@{path}")
     return flags
+
+
+def _status(key: str) -> int:
+    """A ``/proc/self/status`` size (``VmRSS``, ``VmHWM``) in bytes."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+
+
+def _peak_here(vmfb: str, function: str, device: str) -> int:
+    """In a fresh process: the first call's peak over the memory after loading (see
+    ``measure_peak``)."""
+    module = load(vmfb, device=device)
+    fn = module[function]
+    if any(t.dtype == "bfloat16" for t in fn.signature.inputs):
+        raise ValueError("bfloat16 arguments: not measured")
+    args = [module.put(data, dtype=t.dtype) for t, data in zip(fn.signature.inputs, _random_inputs(fn.signature, 0))]
+    base = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:  # VmHWM back to VmRSS (Linux)
+        f.write("5")
+    fn.on_device(*args)
+    return max(_status("VmHWM") - base, 0)
+
+
+def measure_peak(vmfb: Path, function: str, device: str, timeout: float = 600) -> int:
+    """Bytes by which the first call of ``function`` raises a fresh process's peak memory
+    (VmHWM, reset after loading) over its memory after loading, on random arguments put on the
+    device first (as ``bench_memory.py`` measures): what the call allocates, IREE's own buffers
+    included. ValueError where it cannot be measured (not Linux, dynamic shapes, bfloat16)."""
+    if not Path("/proc/self/clear_refs").exists():
+        raise ValueError("peak memory is measured on Linux only")
+    code = "import sys; from irgrad.runtime.profile import _peak_here; print(_peak_here(*sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, str(vmfb), function, device],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
+        raise ValueError(f"peak not measured: {last}")
+    return int(done.stdout.split()[-1])
 
 
 def _whole_call(vmfb: Path, signature: Signature, device: str, folder: Path, repetitions: int,
@@ -360,13 +407,17 @@ def profile_dispatches(
                                    *_timing_flags(repetitions, min_time)])
             alone.update(_timed_rows(rows)[0])
 
-        whole, stats, note = None, {}, ""
+        whole, stats, note, peak = None, {}, "", None
         signature = signatures.get(function) if function else None
         if whole_call and signature is not None:
             try:
                 whole, stats, note = _whole_call(vmfb, signature, device, folder, repetitions, max(min_time, 0.1))
             except (ValueError, DeviceError) as error:  # the dispatches' times still stand
                 note = f"whole call not timed: {error}"
+            try:
+                peak = measure_peak(vmfb, signature.name, device)
+            except (ValueError, subprocess.TimeoutExpired) as error:
+                note = "; ".join(filter(None, [note, str(error)]))
         elif whole_call:
             note = "whole call not timed: name one function"
 
@@ -393,4 +444,4 @@ def profile_dispatches(
         note = "; ".join(filter(None, [note, f"{len(failed)} dispatch benchmark(s) IREE could not compile again, "
                                              f"timed only inside the call: {next(iter(failed.values()))}"]))
     dispatches.sort(key=lambda d: d.seconds_per_call, reverse=True)
-    return Profile(function, dispatches, whole, device, flags, sorted(skipped), note)
+    return Profile(function, dispatches, whole, device, flags, sorted(skipped), note, peak)

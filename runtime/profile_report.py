@@ -101,6 +101,9 @@ class Profile:
         skipped: dispatches that a call of ``function`` does not run (e.g. run
             once by a module initializer), left out of ``dispatches``.
         note: why something is missing, or ``""``.
+        measured_peak: bytes: how far the first call of ``function`` raised the peak memory of
+            a fresh process over its memory after loading, its arguments already on the device
+            (``None`` when not measured; ``note`` says why).
     """
 
     function: str | None
@@ -110,6 +113,7 @@ class Profile:
     flags: list[str]
     skipped: list[str] = dataclasses.field(default_factory=list)
     note: str = ""
+    measured_peak: int | None = None
 
     @property
     def total_seconds(self) -> float:

@@ -935,6 +935,8 @@ def test_profile_times_on_the_device_asked_for(work):
     result = invoke("profile", work / "f.mlir", "--device", "local-sync", "--top", "2")
     assert result.exit_code == 0, result.output
     assert "on local-sync:" in result.stdout and "local-task" not in result.stdout
+    # Memory beside time: the estimate and the first call's measured peak.
+    assert "estimated peak" in result.stdout and re.search(r"measured peak [\d.]+ (B|KiB|MiB)", result.stdout)
     bad = invoke("profile", work / "f.mlir", "--device", "cuda")
     assert bad.exit_code == 2
     assert "cannot profile llvm-cpu code on device 'cuda'; use local-task or local-sync" in error_line(bad)
