@@ -3,6 +3,7 @@ told in the model's terms: what a dispatch is, the ops each came from, where a c
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import irgrad as ig
 from irgrad import passes
@@ -125,3 +126,19 @@ def test_the_measured_peak_is_the_call_s_memory_beside_the_estimate():
     profile = profile_dispatches(text, function="g_grad", **QUICK)
     assert profile.measured_peak is not None, profile.note
     assert 0.5 * estimate <= profile.measured_peak <= 2 * estimate, (profile.measured_peak, estimate)
+
+
+@pytest.mark.parametrize("arg, why", [("tensor<4xbf16>", "bfloat16 arguments: not measured"),
+                                      ("tensor<?xf32>", "has a dynamic shape")])
+def test_a_peak_that_cannot_be_measured_says_why(tmp_path, arg, why):
+    """measure_peak raises ValueError naming the reason (profile_dispatches puts it in its note)."""
+    from irgrad.runtime.profile import measure_peak
+
+    vmfb = tmp_path / "m.vmfb"
+    vmfb.write_bytes(ig.runtime.compile(f"""func.func @f(%x: {arg}) -> {arg} {{
+  %y = stablehlo.add %x, %x : {arg}
+  return %y : {arg}
+}}
+""").vmfb)
+    with pytest.raises(ValueError, match=f"peak not measured: .*{why}"):
+        measure_peak(vmfb, "f", "local-task")
