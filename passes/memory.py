@@ -38,13 +38,19 @@ nothing recomputed); then rematerialization.
 Rematerialization rewrites a built gradient: the forward ops are split into segments, only
 the values a segment hands to a later one (its checkpoints) stay live into the backward,
 and the other values the backward reads are computed again, segment by segment, just before
-the first backward op that reads them, from the checkpoints and the arguments. Each input of a
-recomputation gets a zero added, ``c`` a scalar of the cotangent the backward has reached
-there (``_tied``: ``-0 · is_finite(c)``), so that neither CSE nor IREE merges the copy back
-into the forward or runs it early. Not a ``stablehlo.optimization_barrier``: IREE splits its execution regions at each
-barrier (each region then gets allocations of its own), and the measured peak grew instead
-(a 16384×128 8-layer tanh MLP's gradient, measured as ``benchmarks/bench_memory.py`` does:
-92 MiB kept, 124 MiB recomputed behind barriers, 61 MiB with this tie).
+the first backward op that reads them, from the checkpoints and the arguments. Where no such
+split fits, only every k-th segment's checkpoints stay (k = 2, 4, ... up to all segments:
+nothing but the arguments), and a segment is recomputed from the last kept ones through the
+segments between: the 16×1024 MLP's gradient gets down to 112.1 MiB (80 of them its results;
+224 without a limit) only so, running the whole forward again for every layer. Each
+recomputed op that reads no other copy gets a zero added to its smallest input, ``c`` a scalar
+of the cotangent the backward has reached there (``_tied``: ``-0 · is_finite(c)``), so that
+neither CSE nor IREE merges the copies back into the forward or runs them early. (A tie is a
+copy of its input: tying every input held a recomputed MLP's every weight at once, 60 MiB.)
+Not a ``stablehlo.optimization_barrier``: IREE splits its execution regions at each barrier
+(each region then gets allocations of its own), and the measured peak grew instead (a
+16384×128 8-layer tanh MLP's gradient, measured as ``benchmarks/bench_memory.py`` does: 92 MiB
+kept, 124 MiB recomputed behind barriers, 61 MiB with this tie).
 """
 from __future__ import annotations
 
@@ -354,11 +360,13 @@ def estimate(func_op: ir.Operation, compiled: bool = True) -> Estimate:
 @dataclass(frozen=True)
 class Plan:
     """How a gradient was fitted: ``segments`` straight-line segments recomputed (0: none),
-    the ``recomputed`` work (``work``), the loops' ``loop_checkpoints``, the estimate reached."""
+    the ``recomputed`` work (``work``), the loops' ``loop_checkpoints``, the estimate reached,
+    and the ``stride`` of segments between kept checkpoints (``rematerialize``)."""
     segments: int
     recomputed: int
     loop_checkpoints: object
     estimate: Estimate
+    stride: int = 1
 
 
 def _forward_backward(func_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operation]]:
@@ -418,10 +426,14 @@ def work(op: ir.Operation) -> int:
     return elements + elements * macs // _MACS_PER_UNIT
 
 
-def rematerialize(func_op: ir.Operation, segments: int) -> int:
+def rematerialize(func_op: ir.Operation, segments: int, stride: int = 1) -> int:
     """Rewrite the gradient ``func_op`` in place to keep only its segments' checkpoints (see the
     module docstring) with the forward split in ``segments``; returns the work it recomputes
-    (``work``; 0: nothing to recompute, the function is unchanged)."""
+    (``work``; 0: nothing to recompute, the function is unchanged). With ``stride`` k > 1 only
+    every k-th segment's checkpoints stay: a segment's values are recomputed from the last kept
+    checkpoints before it, through the segments between (each of those run again once for
+    every segment after it up to the next kept checkpoint: ``stride`` = ``segments`` recomputes
+    everything from the arguments)."""
     forward, backward = _forward_backward(func_op)
     if not backward or segments < 2:
         return 0
@@ -435,18 +447,19 @@ def rematerialize(func_op: ir.Operation, segments: int) -> int:
     recomputed = 0
     for k, group in enumerate(groups):
         # The values of this segment the backward reads and that need not stay: not read by
-        # a later segment (a checkpoint), not returned, not made by a kept op.
+        # a later stride of segments (a checkpoint), not returned, not made by a kept op.
         wanted = [r for op in group if op.name not in _KEPT_OPS for r in op.results
                   if r in bwd_users and r not in returned
-                  and not any(where.get(u, -1) > k for u in fwd_users.get(r, ()))]
+                  and not any(where.get(u, -1) // stride > k // stride for u in fwd_users.get(r, ()))]
         if not wanted:
             continue
         first = min((u for r in wanted for u in bwd_users[r] if u is not ret),
                     key=backward.index, default=None)
         if first is None:
             continue
-        needed = _closure(wanted, set(group))
-        copies = _recompute(first, [op for op in group if op in needed], backward)
+        since = [op for g in groups[k - k % stride:k + 1] for op in g]
+        needed = _closure(wanted, set(since))
+        copies = _recompute(first, [op for op in since if op in needed], backward)
         for r in wanted:
             _redirect(r, copies[r], [u for u in bwd_users[r] if u is not ret])
         recomputed += sum(work(op) for op in needed)
@@ -469,23 +482,27 @@ def _closure(values: Sequence[ir.Value], inside: set[ir.Operation]) -> set[ir.Op
 
 def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation],
                anchor: ir.Value | None = None) -> dict[ir.Value, ir.Value]:
-    """Copies of ``ops`` (in order) placed before ``first``, their outside inputs tied to
-    ``anchor`` (by default the cotangent ``first`` reads; ``_tied``): each original result -> its copy."""
-    made = {r for op in ops for r in op.results}
-    outside: list[ir.Value] = []
-    for op in ops:
-        for v in op.operands:
-            if v not in made and v not in outside:
-                outside.append(v)
+    """Copies of ``ops`` (in order) placed before ``first``, each one that reads no other copy
+    with its smallest outside float input tied to ``anchor`` (by default the cotangent ``first``
+    reads; ``_tied``), so that every copy runs after it and none is merged back: each original
+    result -> its copy. (A tie is a copy of its input: tying a chain's every input, a
+    recomputed MLP's every weight, held them all at once.)"""
     if anchor is None:
         bwd = set(backward)
         anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
                        and is_float(v) and hlo.is_static(v)), None)
-    with ir.InsertionPoint(first), first.location:
-        guarded = _tied(outside, anchor)
-    mapping = dict(zip(outside, guarded))
     copies: dict[ir.Value, ir.Value] = {}
+    tied: dict[ir.Value, ir.Value] = {}
     for op in ops:
+        inputs = [v for v in _inputs(op) if v not in copies]
+        if len(inputs) == len(_inputs(op)):  # reads no copy: runs after ``anchor`` by a tie
+            floats = [v for v in inputs if _tieable(v)]
+            if floats:
+                v = min(floats, key=lambda v: _nbytes(v.type)[0])
+                if v not in tied:
+                    with ir.InsertionPoint(first), first.location:
+                        tied[v] = _tied([v], anchor)[0]
+        mapping = {**tied, **copies}
         clone = op.clone(ir.InsertionPoint(first))
         for k, v in enumerate(clone.operands):
             if v in mapping:
@@ -494,7 +511,6 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
             if v in mapping:
                 _replace_inside(clone, v, mapping[v])
         for old, new in zip(op.results, clone.results):
-            mapping[old] = new
             copies[old] = new
     return copies
 
@@ -505,8 +521,12 @@ def _tied(values: Sequence[ir.Value], anchor: ir.Value | None) -> list[ir.Value]
     execution region (a barrier would split it; see the module docstring)."""
     if anchor is None:
         return list(values)
-    return [hlo.tie(v, anchor) if isinstance(v.type.maybe_downcast(), ir.RankedTensorType)
-            and isinstance(elem(v).maybe_downcast(), ir.FloatType) and hlo.is_static(v) else v for v in values]
+    return [hlo.tie(v, anchor) if _tieable(v) else v for v in values]
+
+
+def _tieable(v: ir.Value) -> bool:
+    return isinstance(v.type.maybe_downcast(), ir.RankedTensorType) \
+        and isinstance(elem(v).maybe_downcast(), ir.FloatType) and hlo.is_static(v)
 
 
 def _replace_inside(op: ir.Operation, old: ir.Value, new: ir.Value) -> None:
@@ -732,12 +752,12 @@ def _has_loops(func_op: ir.Operation) -> bool:
     return any(op.name == "stablehlo.while" for op in nested_ops(func_op))
 
 
-def _trial(func_op: ir.Operation, segments: int) -> tuple[int, int]:
-    """(estimated peak, work recomputed) of ``func_op`` rematerialized in ``segments`` (0: not)
-    and its reductions hoisted, on a copy."""
+def _trial(func_op: ir.Operation, segments: int, stride: int = 1) -> tuple[int, int]:
+    """(estimated peak, work recomputed) of ``func_op`` rematerialized in ``segments`` (0: not),
+    every ``stride``-th one's checkpoints kept, and its reductions hoisted, on a copy."""
     copy = func_op.clone(ir.InsertionPoint(func_op))
     try:
-        recomputed = rematerialize(copy, segments) if segments else 0
+        recomputed = rematerialize(copy, segments, stride) if segments else 0
         if recomputed:
             cleanup(copy)
         hoist_reductions(copy)
@@ -752,7 +772,9 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     ``func_op``; it returns the new op), else with its reductions hoisted (``hoist_reductions``:
     free), else rematerialized: of the segmentations tried (√n segments, fewer, more), the one
     that fits recomputing the least work (``work``: a contraction weighs its multiply-adds, so
-    cheap ops are recomputed first). Raises MemoryLimitError when no plan fits."""
+    cheap ops are recomputed first); where none fits, the same with fewer checkpoints kept (every
+    2nd, 4th, ... segment's, down to none: segments recomputed from further back, at a cost
+    quadratic in the stride). Raises MemoryLimitError when no plan fits."""
     first = estimate(func_op)
     if first.peak <= limit:
         return func_op, Plan(0, 0, None, first)
@@ -770,8 +792,11 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     if hoisted <= limit:
         hoist_reductions(func_op)
         return func_op, Plan(0, 0, checkpoints, estimate(func_op))
-    trials = {s: _trial(func_op, s) for s in candidate_segments(func_op)}
-    fitting = [(recomputed, peak, s) for s, (peak, recomputed) in trials.items() if recomputed and peak <= limit]
+    counts = candidate_segments(func_op)
+    trials = {(s, 1): _trial(func_op, s) for s in counts}
+    fitting = [(recomputed, peak, plan) for plan, (peak, recomputed) in trials.items() if recomputed and peak <= limit]
+    if not fitting:  # fewer checkpoints: longer recomputations
+        fitting = _fewer_checkpoints(func_op, limit, counts, trials)
     if not fitting:
         smallest = min([first.peak, estimate(func_op).peak, hoisted, *(peak for peak, _ in trials.values())])
         raise MemoryLimitError(
@@ -780,11 +805,36 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
                                         "least (the smallest limit it can meet)" if smallest < first.peak else
                                         "which neither checkpointing nor recomputation lowers (the smallest limit "
                                         "it can meet)"), first.peak, smallest)
-    _, _, segments = min(fitting)
-    recomputed = rematerialize(func_op, segments)
+    _, _, (segments, stride) = min(fitting)
+    recomputed = rematerialize(func_op, segments, stride)
     cleanup(func_op)
     hoist_reductions(func_op)
-    return func_op, Plan(segments, recomputed, checkpoints, estimate(func_op))
+    return func_op, Plan(segments, recomputed, checkpoints, estimate(func_op), stride)
+
+
+def _fewer_checkpoints(func_op: ir.Operation, limit: int, counts: Sequence[int],
+                       trials: dict) -> list[tuple[int, int, tuple[int, int]]]:
+    """The plans with fewer checkpoints kept that fit ``limit``, as (work, peak, (segments,
+    stride)); each trial is added to ``trials``. A trial costs a copy of the gradient (seconds
+    for a MobileNetV2's), so: for each segment count, no checkpoint kept first (the least
+    memory that count reaches); then, for the 3 counts that fit with the least work, the
+    strides in increasing order (less work) down to the first that fits."""
+    for s in counts:
+        trials[(s, s)] = _trial(func_op, s, s)
+    fit_all = sorted((trials[(s, s)][1], s) for s in counts if 0 < trials[(s, s)][1] and trials[(s, s)][0] <= limit)
+    fitting = [(work, trials[(s, s)][0], (s, s)) for work, s in fit_all]
+    for _, s in fit_all[:3]:
+        for k in _strides(s)[:-1]:
+            trials[(s, k)] = peak, work = _trial(func_op, s, k)
+            if work and peak <= limit:
+                fitting.append((work, peak, (s, k)))
+                break
+    return fitting
+
+
+def _strides(segments: int) -> list[int]:
+    """The strides tried for ``segments`` segments: 2, 4, 8, ... below it, and all of them."""
+    return [*(2 ** e for e in range(1, max(1, segments - 1).bit_length()) if 2 ** e < segments), segments]
 
 
 __all__ = ["fit", "annotate", "hoist_reductions", "ANNOTATION",

@@ -176,6 +176,45 @@ def test_segments_follow_the_forward():
         assert [len(g) for g in groups] == [4, 4, 4, 4]
 
 
+def test_fewer_checkpoints_recompute_from_further_back():
+    """Hand-derived: a layer a segment. Every segment's checkpoint kept (stride 1), each layer's
+    activation is one, and nothing is recomputed. Every 2nd kept: the activations of layers 0,
+    2, 4, 6 are recomputed, one layer each. None kept: layer k's activation is recomputed from x,
+    k + 1 layers (the last one's is read where the backward starts: kept), and each recomputation
+    ties its first product's weight alone (one ``is_finite`` each), not every input it reads."""
+    for stride, tanh, ties in ((1, 0, 0), (2, 4, 4), (LAYERS, sum(range(1, LAYERS)), LAYERS - 1)):
+        module = passes.parse_module(passes.differentiate(mlp()))
+        with module.context:
+            func = passes.find_function(module, "mlp_grad")
+            forward, _ = memory._forward_backward(func)
+            assert [len(g) for g in memory.segment_ops(forward, LAYERS)] == [2] * LAYERS  # a dot_general, a tanh
+            memory.rematerialize(func, LAYERS, stride)
+            memory.cleanup(func)
+            text = str(func)
+        assert text.count("stablehlo.tanh") == LAYERS + tanh, stride
+        assert text.count("stablehlo.is_finite") == ties, stride
+
+
+def test_a_limit_below_what_checkpoints_reach_keeps_fewer_and_the_gradient_holds(monkeypatch):
+    def smallest() -> int:
+        with pytest.raises(passes.MemoryLimitError) as caught:
+            passes.differentiate(mlp(), vjp=True, grad=False, with_value=True, memory_limit="1K")  # as check_module
+        return caught.value.smallest
+
+    every = smallest()
+    with monkeypatch.context() as m:
+        m.setattr(memory, "_fewer_checkpoints", lambda *args: [])  # every segment's checkpoints kept
+        kept = smallest()
+    assert every < kept
+    least = check_module(mlp(), _args(), memory_limit=every, jvp=False)
+    assert passes.estimate_peak(least, "mlp_vjp").peak <= every
+    # Between the two: a stride that keeps some checkpoints fits, recomputing less.
+    between = (every + kept) // 2
+    some = check_module(mlp(), _args(), memory_limit=between, jvp=False)
+    assert passes.estimate_peak(some, "mlp_vjp").peak <= between
+    assert some.count("stablehlo.tanh") < least.count("stablehlo.tanh")
+
+
 def test_refusal_names_the_estimate_and_the_smallest_limit(free):
     _, grad = free
     with pytest.raises(passes.MemoryLimitError) as caught:
