@@ -812,19 +812,31 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     return func_op, Plan(segments, recomputed, checkpoints, estimate(func_op), stride)
 
 
+# Ops the copies of one trial of fewer checkpoints may add (or as many as the gradient has): a
+# stride of k segments copies about n·k/2 of the forward's n ops.
+_MAX_COPIES = 20000
+
+
 def _fewer_checkpoints(func_op: ir.Operation, limit: int, counts: Sequence[int],
                        trials: dict) -> list[tuple[int, int, tuple[int, int]]]:
     """The plans with fewer checkpoints kept that fit ``limit``, as (work, peak, (segments,
     stride)); each trial is added to ``trials``. A trial costs a copy of the gradient (seconds
-    for a MobileNetV2's), so: for each segment count, no checkpoint kept first (the least
-    memory that count reaches); then, for the 3 counts that fit with the least work, the
-    strides in increasing order (less work) down to the first that fits."""
-    for s in counts:
-        trials[(s, s)] = _trial(func_op, s, s)
-    fit_all = sorted((trials[(s, s)][1], s) for s in counts if 0 < trials[(s, s)][1] and trials[(s, s)][0] <= limit)
-    fitting = [(work, trials[(s, s)][0], (s, s)) for work, s in fit_all]
-    for _, s in fit_all[:3]:
-        for k in _strides(s)[:-1]:
+    for a MobileNetV2's), so: for each segment count, the largest stride whose copies stay under
+    ``_MAX_COPIES`` (or the gradient's size) first, the least memory that count reaches; then,
+    for the 3 counts that fit with the least work, the smaller strides in increasing order (less
+    work) up to the first that fits."""
+    forward, _ = _forward_backward(func_op)
+    n = sum(op.name != "stablehlo.constant" for op in forward)
+    budget = max(_MAX_COPIES, len(func_op.regions[0].blocks[0].operations))
+    strides = {s: [k for k in _strides(s) if n * k // 2 <= budget] for s in counts}
+    tried = {s: (s, ks[-1]) for s, ks in strides.items() if ks}
+    for plan in tried.values():
+        trials[plan] = _trial(func_op, *plan)
+    fit_most = sorted((trials[plan][1], plan) for plan in tried.values()
+                      if trials[plan][1] and trials[plan][0] <= limit)
+    fitting = [(work, trials[plan][0], plan) for work, plan in fit_most]
+    for _, (s, _most) in fit_most[:3]:
+        for k in strides[s][:-1]:
             trials[(s, k)] = peak, work = _trial(func_op, s, k)
             if work and peak <= limit:
                 fitting.append((work, peak, (s, k)))

@@ -213,6 +213,17 @@ def test_a_limit_below_what_checkpoints_reach_keeps_fewer_and_the_gradient_holds
     some = check_module(mlp(), _args(), memory_limit=between, jvp=False)
     assert passes.estimate_peak(some, "mlp_vjp").peak <= between
     assert some.count("stablehlo.tanh") < least.count("stablehlo.tanh")
+    # Copies bounded by the gradient's size (a MobileNetV2's trial costs seconds): the strides
+    # tried stop below all segments, and the limit they reach lies between.
+    tried = []
+    trial = memory._trial
+    with monkeypatch.context() as m:
+        m.setattr(memory, "_MAX_COPIES", 0)
+        m.setattr(memory, "_trial", lambda func, segments, stride=1: tried.append((segments, stride))
+                  or trial(func, segments, stride))
+        capped = smallest()
+    assert every < capped < kept
+    assert max(stride for _, stride in tried) < max(segments for segments, _ in tried)
 
 
 def test_refusal_names_the_estimate_and_the_smallest_limit(free):
