@@ -482,27 +482,34 @@ def _closure(values: Sequence[ir.Value], inside: set[ir.Operation]) -> set[ir.Op
 
 def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation],
                anchor: ir.Value | None = None) -> dict[ir.Value, ir.Value]:
-    """Copies of ``ops`` (in order) placed before ``first``, each one that reads no other copy
-    with its smallest outside float input tied to ``anchor`` (by default the cotangent ``first``
+    """Copies of ``ops`` (in order) placed before ``first``, each one that reads no copy already
+    tied with its smallest float input (not a constant) tied to ``anchor`` (by default the cotangent ``first``
     reads; ``_tied``), so that every copy runs after it and none is merged back: each original
     result -> its copy. (A tie is a copy of its input: tying a chain's every input, a
-    recomputed MLP's every weight, held them all at once.)"""
+    recomputed MLP's every weight, held them all at once. What is computed from constants
+    alone is not tied: the copy that reads it and a value is.)"""
     if anchor is None:
         bwd = set(backward)
         anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
                        and is_float(v) and hlo.is_static(v)), None)
     copies: dict[ir.Value, ir.Value] = {}
     tied: dict[ir.Value, ir.Value] = {}
+    after: set[ir.Value] = set()  # the originals whose copies depend on ``anchor``
+    constant: set[ir.Value] = set()  # the originals computed from constants alone
     for op in ops:
-        inputs = [v for v in _inputs(op) if v not in copies]
-        if len(inputs) == len(_inputs(op)):  # reads no copy: runs after ``anchor`` by a tie
-            floats = [v for v in inputs if _tieable(v)]
+        inputs = _inputs(op)
+        data = [v for v in inputs if v not in constant
+                and not (isinstance(v, ir.OpResult) and _constant_like(v.owner.operation))]
+        if not data:  # a constant's copy, merged back or not, costs nothing: tied where it is read
+            constant.update(op.results)
+        elif anchor is not None and not any(v in after for v in inputs):
+            floats = [v for v in data if _tieable(v)]
             if floats:
                 v = min(floats, key=lambda v: _nbytes(v.type)[0])
-                if v not in tied:
-                    with ir.InsertionPoint(first), first.location:
-                        tied[v] = _tied([v], anchor)[0]
-        mapping = {**tied, **copies}
+                with ir.InsertionPoint(first), first.location:
+                    tied[v] = _tied([copies.get(v, v)], anchor)[0]
+                after.add(v)
+        mapping = {**copies, **tied}
         clone = op.clone(ir.InsertionPoint(first))
         for k, v in enumerate(clone.operands):
             if v in mapping:
@@ -512,6 +519,8 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
                 _replace_inside(clone, v, mapping[v])
         for old, new in zip(op.results, clone.results):
             copies[old] = new
+        if any(v in after for v in inputs):
+            after.update(op.results)
     return copies
 
 

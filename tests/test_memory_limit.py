@@ -195,6 +195,29 @@ def test_fewer_checkpoints_recompute_from_further_back():
         assert text.count("stablehlo.is_finite") == ties, stride
 
 
+def test_a_copy_of_a_chain_from_a_constant_is_tied_where_it_reads_a_value():
+    """A ReLU copied with its constant: the constant's and the broadcast's copies are not tied
+    (constants alone), the maximum ties its input (one tie), and CSE keeps the copied maximum
+    apart from the original, which the function still returns."""
+    module = passes.parse_module("""
+func.func @f(%x: tensor<4xf32>, %c: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %b = stablehlo.broadcast_in_dim %z, dims = [] : (tensor<f32>) -> tensor<4xf32>
+  %m = stablehlo.maximum %x, %b : tensor<4xf32>
+  %n = stablehlo.multiply %c, %m : tensor<4xf32>
+  return %m, %n : tensor<4xf32>, tensor<4xf32>
+}""")
+    with module.context:
+        func = passes.find_function(module, "f")
+        ops = [op.operation for op in func.regions[0].blocks[0].operations]
+        relu, last = ops[:3], ops[3]
+        copies = memory._recompute(last, relu, [last], anchor=func.regions[0].blocks[0].arguments[1])
+        last.operands[1] = copies[relu[2].results[0]]
+        memory.cleanup(func)
+        text = str(func)
+    assert text.count("stablehlo.maximum") == 2 and text.count("stablehlo.is_finite") == 1
+
+
 def test_a_limit_below_what_checkpoints_reach_keeps_fewer_and_the_gradient_holds(monkeypatch):
     def smallest() -> int:
         with pytest.raises(passes.MemoryLimitError) as caught:
