@@ -44,7 +44,7 @@ nothing but the arguments), and a segment is recomputed from the last kept ones 
 segments between: the 16×1024 MLP's gradient gets down to 112.1 MiB (80 of them its results;
 224 without a limit) only so, running the whole forward again for every layer. Each
 recomputed op that reads no other copy gets a zero added to its smallest input, ``c`` a scalar
-of the cotangent the backward has reached there (``_tied``: ``-0 · is_finite(c)``), so that
+of the cotangent the backward has reached there (``hlo.tie``: ``-0 · is_finite(c)``), so that
 neither CSE nor IREE merges the copies back into the forward or runs them early. (A tie is a
 copy of its input: tying every input held a recomputed MLP's every weight at once, 60 MiB.)
 Not a ``stablehlo.optimization_barrier``: IREE splits its execution regions at each barrier
@@ -483,11 +483,12 @@ def _closure(values: Sequence[ir.Value], inside: set[ir.Operation]) -> set[ir.Op
 def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation],
                anchor: ir.Value | None = None) -> dict[ir.Value, ir.Value]:
     """Copies of ``ops`` (in order) placed before ``first``, each one that reads no copy already
-    tied with its smallest float input (not a constant) tied to ``anchor`` (by default the cotangent ``first``
-    reads; ``_tied``), so that every copy runs after it and none is merged back: each original
-    result -> its copy. (A tie is a copy of its input: tying a chain's every input, a
-    recomputed MLP's every weight, held them all at once. What is computed from constants
-    alone is not tied: the copy that reads it and a value is.)"""
+    tied with its smallest float input (not a constant) tied to ``anchor`` (by default the
+    cotangent ``first`` reads; ``hlo.tie``: unlike a barrier, it keeps IREE's execution region
+    whole), so that every copy runs after it and none is merged back: each original result ->
+    its copy. (A tie is a copy of its input: tying a chain's every input, a recomputed MLP's
+    every weight, held them all at once. What is computed from constants alone is not tied: the
+    copy that reads it and a value is.)"""
     if anchor is None:
         bwd = set(backward)
         anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
@@ -507,7 +508,7 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
             if floats:
                 v = min(floats, key=lambda v: _nbytes(v.type)[0])
                 with ir.InsertionPoint(first), first.location:
-                    tied[v] = _tied([copies.get(v, v)], anchor)[0]
+                    tied[v] = hlo.tie(copies.get(v, v), anchor)
                 after.add(v)
         mapping = {**copies, **tied}
         clone = op.clone(ir.InsertionPoint(first))
@@ -524,16 +525,8 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
     return copies
 
 
-def _tied(values: Sequence[ir.Value], anchor: ir.Value | None) -> list[ir.Value]:
-    """``values``, each float one tied to ``anchor`` (``hlo.tie``: plus ``-0 · is_finite(anchor[0...])``,
-    the value to the bit): new values CSE cannot merge, computed after ``anchor``, in the same IREE
-    execution region (a barrier would split it; see the module docstring)."""
-    if anchor is None:
-        return list(values)
-    return [hlo.tie(v, anchor) if _tieable(v) else v for v in values]
-
-
 def _tieable(v: ir.Value) -> bool:
+    """A value ``hlo.tie`` can tie: a float tensor of static shape."""
     return isinstance(v.type.maybe_downcast(), ir.RankedTensorType) \
         and isinstance(elem(v).maybe_downcast(), ir.FloatType) and hlo.is_static(v)
 
