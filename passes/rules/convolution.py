@@ -337,6 +337,8 @@ class Matmul:
             return self.depthwise_weight_gradient(x, ct, element)
         if self.by_taps:  # one [C, O] product per window offset
             dy = self.cotangent_matrix(ct)
+            if any(lo or hi for lo, hi in self.windows.padding):
+                x = apart(x, ct)
             parts = self._tap_chain(x, self.windows, lambda t, p, last: hlo.reshape(
                 hlo.dot_general(p, dy, [], [], [0], [0], element), [1, self.cin, self.cout]), tie=True)
             return hlo.reshape(hlo.concatenate(parts, 0), [*self.kernel, self.cin, self.cout])
@@ -376,6 +378,14 @@ class Matmul:
                           [1, *self.c.rhs_dilation, 1])
         k = hlo.reshape(hlo.reverse(w, list(range(n))), [self.taps, self.cin, self.cout])
         return hlo.reshape(self._tap_sum(ct, windows, k, 1, element), self.x_shape)
+
+
+def apart(x: ir.Value, anchor: ir.Value) -> ir.Value:
+    """``x`` to the bit, tied to ``anchor`` (``hlo.tie``), for a weight gradient that pads ``x``
+    where the forward convolution padded it. IREE makes a buffer of a padded input and merges
+    two pads of one value, so the forward's padded ``x`` would stay allocated from the forward to
+    the weight gradient; padding a tied copy makes each pad where it is read."""
+    return hlo.tie(x, anchor)
 
 
 def _chunk_rows(q: list[int]) -> int:
