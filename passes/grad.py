@@ -181,10 +181,11 @@ def _forward_copy(module: ir.Module, after: ir.Operation, func_op: ir.Operation,
 
 def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_name: str, with_value: bool,
            derive: Callable[[ir.Block, list[ir.Value], ir.Location], list[ir.Value]],
-           lean: bool = False) -> ir.Operation:
+           lean: bool = False, hoist: bool = False) -> ir.Operation:
     """A copy of ``func_op`` named ``new_name`` returning ``derive(block, ys, loc)`` (built
     before its return), after F's results ``ys`` when ``with_value``; ``lean``: a gradient whose
-    backward recomputes cheap forward values instead of keeping them (``memory.recompute_elementwise``)."""
+    backward recomputes cheap forward values instead of keeping them (``memory.recompute_elementwise``);
+    ``hoist``: its reductions of large values next to those values (``memory.hoist_reductions``)."""
     if new_name in ir.SymbolTable(module.operation):
         raise ValueError(f"module already has a function @{new_name}")
     copy = _forward_copy(module, after, func_op, new_name)
@@ -208,6 +209,8 @@ def _build(module: ir.Module, after: ir.Operation, func_op: ir.Operation, new_na
     run_pipeline(copy, CLEANUP)
     if lean and memory.recompute_elementwise(copy):
         run_pipeline(copy, CLEANUP)
+    if hoist:
+        memory.hoist_reductions(copy)
     verify(copy, f"@{new_name}")
     return copy
 
@@ -310,7 +313,8 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
                 keep = (with_value and kind != "hessian") or kind == "jvp"
                 before = last
                 reverse = kind in ("grad", "vjp")
-                last = _build(module, before, func_op, new_name, keep, derive, lean=reverse)
+                last = _build(module, before, func_op, new_name, keep, derive, lean=reverse,
+                              hoist=reverse and limit is None)  # else memory.fit hoists
                 if limit is not None and reverse:
                     last = _fitted(last, limit, functools.partial(
                         _build, module, before, func_op, new_name, keep,
@@ -326,7 +330,8 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
             added.append(function_name(last))
             before = last
             step = functools.partial(_build, module, before, func_op, f"{name}_train_step", True,
-                                     training.step(train, lr, wrt, f"{name}_train_step", state), lean=True)
+                                     training.step(train, lr, wrt, f"{name}_train_step", state), lean=True,
+                                     hoist=limit is None)
             last = step()
             if limit is not None:
                 last = _fitted(last, limit, step)

@@ -31,9 +31,13 @@ where those are on the tape anyway or small, as XLA's fusions do. Measured (``be
 MiB at the first call): Keras' MobileNetV2 at batch 8, 69 → 27; the ResNet block at batch 256,
 with the weight gradient's tap chain ordered by ties instead of barriers, 140 → 114.
 
-Fitting (``fit``) tries, in order: the loops checkpointed (where that lowers the estimate);
-the backward's reductions of large values hoisted next to those values (``hoist_reductions``,
-nothing recomputed); then rematerialization.
+Every gradient also has the backward's reductions of large values hoisted next to those values
+(``hoist_reductions``, nothing recomputed): a bias's or a batch norm's sums free the cotangent or
+activation they reduce where it is made. Measured (IREE's allocations, host program): Keras'
+MobileNetV2 at batch 64, 38.7 → 21.6 MiB; the ResNet block at batch 64, 22.6 → 21.1.
+
+Fitting (``fit``) tries, in order: the gradient as it is, then with its loops checkpointed (where
+that lowers the estimate), each with its reductions hoisted; then rematerialization.
 
 Rematerialization rewrites a built gradient: the forward ops are split into segments, only
 the values a segment hands to a later one (its checkpoints) stay live into the backward,
@@ -55,6 +59,7 @@ kept, 124 MiB recomputed behind barriers, 61 MiB with this tie).
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 import math
 import re
 from collections.abc import Sequence
@@ -300,6 +305,7 @@ class _Liveness:
         return peak, at, at_boundary
 
 
+HOISTED = "irgrad.hoisted"  # on an op hoist_reductions moved: backward_start passes over it
 ANNOTATION = "irgrad.estimated_peak"  # runtime.vmfb.PEAK_KEY: the artifact carries it to irgrad inspect
 
 
@@ -319,11 +325,12 @@ def _has_calls(func_op: ir.Operation) -> bool:
 
 def backward_start(func_op: ir.Operation) -> ir.Operation | None:
     """The first op of a gradient's backward: the first non-constant op named ``<function>/...``
-    (``backprop``'s locations), None in a function without one."""
+    (``backprop``'s locations) that ``hoist_reductions`` did not move, None in a function without one."""
     prefix = ir.StringAttr(func_op.attributes["sym_name"]).value + "/"
     for op in func_op.regions[0].blocks[0].operations:
         op = op.operation
-        if op.name != "stablehlo.constant" and (loc_name(op) or "").startswith(prefix):
+        if op.name != "stablehlo.constant" and HOISTED not in op.attributes \
+                and (loc_name(op) or "").startswith(prefix):
             return op
     return None
 
@@ -714,40 +721,41 @@ def hoist_reductions(func_op: ir.Operation) -> int:
     visits a bias's broadcast, hoisted to the top of the forward by JAX, last). An op that
     reads forward values only moves into the forward (a batch norm's sums): the values it
     reduces need not be kept for it. Nothing is recomputed; returns the number of ops moved.
-    (The forward and the backward then overlap: ``rematerialize`` comes first.)"""
+    (The forward and the backward then overlap: ``rematerialize`` comes first; a moved op is
+    marked ``HOISTED``, which ``backward_start`` passes over.)"""
     forward, backward = _forward_backward(func_op)
     if not backward:
         return 0
-    block = func_op.regions[0].blocks[0]
-    ops = [o.operation for o in block.operations]
-    position = {op: i for i, op in enumerate(ops)}
-    last: dict[ir.Value, int] = {}
-    for i, op in enumerate(ops):
-        for v in _inputs(op):
-            last[v] = i
-    moved = 0
+    ops = [o.operation for o in func_op.regions[0].blocks[0].operations]
+    # The block's order as ranks (a moved op takes one between its new neighbours') and links:
+    # a move costs O(1), and an op is the last reader of a value when no reader ranks later.
+    rank = {op: Fraction(i) for i, op in enumerate(ops)}
+    after_of = dict(zip(ops, ops[1:]))
+    before_of = dict(zip(ops[1:], ops))
+    readers = _users(ops)
+    moved = []
     for op in backward:
-        here = position[op]
         inputs = _inputs(op)
-        owners = [v.owner.operation for v in inputs if isinstance(v, ir.OpResult) and v.owner.operation in position]
+        owners = [v.owner.operation for v in inputs if isinstance(v, ir.OpResult) and v.owner.operation in rank]
         if not owners or op.name in _KEPT_OPS:
             continue
-        freed = sum(_nbytes(v.type)[0] for v in set(inputs) if last.get(v) == here
-                    and isinstance(v, ir.OpResult) and v.owner.name != "stablehlo.constant")
+        freed = sum(_nbytes(v.type)[0] for v in set(inputs) if isinstance(v, ir.OpResult)
+                    and v.owner.name != "stablehlo.constant" and max(map(rank.__getitem__, readers[v])) == rank[op])
         if freed <= sum(_nbytes(r.type)[0] for r in op.results):
             continue
-        after = max(owners, key=position.__getitem__)
-        if position[after] + 1 >= here:
+        after = max(owners, key=rank.__getitem__)
+        if after_of[after] == op:
             continue
         op.move_after(after)
-        moved += 1
-        ops = [o.operation for o in block.operations]
-        position = {o: i for i, o in enumerate(ops)}
-        last = {}
-        for i, o in enumerate(ops):
-            for v in _inputs(o):
-                last[v] = i
-    return moved
+        moved.append(op)
+        prev, nxt = before_of.pop(op), after_of.pop(op)  # unlink (a backward op: never the first)
+        after_of[prev], before_of[nxt] = nxt, prev
+        nxt = after_of[after]  # and link after ``after``
+        after_of[after], after_of[op], before_of[op], before_of[nxt] = op, nxt, after, op
+        rank[op] = (rank[after] + rank[nxt]) / 2
+    for op in moved:  # not before: an op's hash changes with its attributes
+        op.attributes[HOISTED] = ir.UnitAttr.get()
+    return len(moved)
 
 
 def _has_loops(func_op: ir.Operation) -> bool:
@@ -779,7 +787,8 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     quadratic in the stride). Raises MemoryLimitError when no plan fits."""
     first = estimate(func_op)
     if first.peak <= limit:
-        return func_op, Plan(0, 0, None, first)
+        hoist_reductions(func_op)
+        return func_op, Plan(0, 0, None, estimate(func_op))
     checkpoints = given = checkpoints_in_force()
     if rebuild is not None and given != "sqrt" and _has_loops(func_op):
         func_op = rebuild("sqrt")
@@ -851,6 +860,6 @@ def _strides(segments: int) -> list[int]:
     return [*(2 ** e for e in range(1, max(1, segments - 1).bit_length()) if 2 ** e < segments), segments]
 
 
-__all__ = ["fit", "annotate", "hoist_reductions", "ANNOTATION",
+__all__ = ["fit", "annotate", "hoist_reductions", "ANNOTATION", "HOISTED",
            "Estimate", "MemoryLimitError", "Plan", "estimate", "rematerialize", "parse_size", "human",
            "backward_start", "candidate_segments", "segment_ops", "recompute_elementwise"]
