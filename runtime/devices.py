@@ -1,4 +1,5 @@
-"""IREE runtime devices: one per driver per process, created on first use.
+"""IREE runtime devices: one per driver per process, created on first use and destroyed
+when nothing loaded on it is left (``get_device``).
 
 Vulkan: the Vulkan loader finds Mesa's lavapipe (a CPU implementation) by
 itself when no GPU driver works. irgrad never sets ``VK_ICD_FILENAMES``: doing
@@ -14,6 +15,7 @@ import functools
 import logging
 import os
 import platform
+import weakref
 from typing import Any
 
 from .errors import DeviceError, iree_message
@@ -53,7 +55,10 @@ class TargetInfo:
     default_driver: str
 
 
-_devices: dict[str, Device] = {}
+# Held weakly: a device lives while something loaded on it does (a Module, a DeviceTensor).
+# IREE's Vulkan driver waits on its queues with vkWaitSemaphores, which Mesa's lavapipe answers
+# by polling: a Vulkan device on the CPU, idle, keeps a whole core busy until it is destroyed.
+_devices: weakref.WeakValueDictionary[str, Device] = weakref.WeakValueDictionary()
 _probes: dict[str, DriverProbe] = {}
 
 
@@ -87,12 +92,14 @@ def available_drivers() -> list[str]:
 
 
 def get_device(driver: str) -> Device:
-    """The process-wide device for ``driver`` (an IREE driver name or device URI).
+    """The device for ``driver`` (an IREE driver name or device URI), one per driver in the
+    process: shared by everything loaded on it, and destroyed once nothing loaded on it is left.
 
     Raises DeviceError when the driver is unknown or its device cannot be created.
     """
-    if driver in _devices:
-        return _devices[driver]
+    device = _devices.get(driver)
+    if device is not None:
+        return device
     known = compiled_in_drivers()
     if not isinstance(driver, str) or driver.split("://")[0] not in known:
         raise DeviceError(f"unknown device {driver!r}; drivers: {', '.join(known)}")
@@ -144,13 +151,15 @@ def keep_freed_memory() -> bool:
 
 
 def _create(driver: str) -> Device:
-    if driver not in _devices:
+    device = _devices.get(driver)
+    if device is None:
         import iree.runtime as rt
 
-        hal_device = rt.get_device(driver)
+        hal_device = rt.get_device(driver, cache=False)  # IREE's own cache would keep it for good
         instance = rt.VmInstance()
-        _devices[driver] = Device(driver, hal_device, instance, rt.create_hal_module(instance, hal_device))
-    return _devices[driver]
+        device = Device(driver, hal_device, instance, rt.create_hal_module(instance, hal_device))
+        _devices[driver] = device
+    return device
 
 
 def _device_name(device: Device) -> str:
