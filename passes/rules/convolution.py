@@ -226,25 +226,31 @@ class Matmul:
         """``choices.conv_by_taps``: one product per window offset, no patches tensor."""
         return self.groups == 1 and conv_by_taps(self.taps, self.m, self.cin)
 
-    def _tap_chain(self, x: ir.Value, windows: Windows, step, tie: bool = False) -> list[ir.Value]:
-        """``step(t, slice_t, last)`` for each window offset ``t`` in turn, ``slice_t`` ``x``'s strided
-        slice at that offset (``patches`` unstacked) as ``[rows, C]`` and ``last`` the value the
-        step before returned (None at first): the values it returns.
+    def _tap_chain(self, x: ir.Value, windows: Windows, step, tie: bool = False,
+                   first: int | None = None) -> list[ir.Value]:
+        """``step(t, slice_t, last)`` for each window offset ``t`` in turn (tap ``first`` before the
+        others), ``slice_t`` ``x``'s strided slice at that offset (``patches`` unstacked) as
+        ``[rows, C]`` and ``last`` the value the step before returned (None at first): the values
+        it returns, in tap order.
         Each slice waits for the value before it: IREE copies a strided slice out before a product
         reads it, and would make all of them at once. It waits behind an optimization barrier, or
         (``tie``, for small step values) by reading ``-0 · is_finite(last[0])`` (``hlo.tie``): a
         barrier keeps what passes through it allocated until the call ends."""
         out = windows.output(shape(x))
         xp = pad_operand(x, hlo.zeros(tensor_type([], elem(x))), windows)
-        values: list[ir.Value] = []
-        for t, offset in enumerate(windows.offsets()):
-            if values and not tie:
-                values[-1], xp = hlo.optimization_barrier([values[-1], xp])
+        taps = list(enumerate(windows.offsets()))
+        if first is not None:
+            taps.insert(0, taps.pop(first))
+        values: dict[int, ir.Value] = {}
+        last = None
+        for t, offset in taps:
+            if last is not None and not tie:
+                last, xp = hlo.optimization_barrier([last, xp])
             p = hlo.reshape(tap_slice(xp, offset, windows, out), [math.prod(out[:-1]), out[-1]])
-            if values and tie:
-                p = hlo.tie(p, values[-1])
-            values.append(step(t, p, values[-1] if values else None))
-        return values
+            if last is not None and tie:
+                p = hlo.tie(p, last)
+            values[t] = last = step(t, p, last)
+        return [values[t] for t in sorted(values)]
 
     def _tap_sum(self, x: ir.Value, windows: Windows, k: ir.Value, contract: int, element: ir.Type) -> ir.Value:
         """``Σ_t slice_t(x) · k[t]`` (``k`` ``[taps, C, O]``, contracted over ``contract``), a chain of
@@ -340,7 +346,8 @@ class Matmul:
             if any(lo or hi for lo, hi in self.windows.padding):
                 x = apart(x, ct)
             parts = self._tap_chain(x, self.windows, lambda t, p, last: hlo.reshape(
-                hlo.dot_general(p, dy, [], [], [0], [0], element), [1, self.cin, self.cout]), tie=True)
+                hlo.dot_general(p, dy, [], [], [0], [0], element), [1, self.cin, self.cout]), tie=True,
+                first=centre_tap(self.windows, self.x_shape))
             return hlo.reshape(hlo.concatenate(parts, 0), [*self.kernel, self.cin, self.cout])
         p, dy = self.patches(x), self.cotangent_matrix(ct)
         if self.depthwise:
@@ -378,6 +385,18 @@ class Matmul:
                           [1, *self.c.rhs_dilation, 1])
         k = hlo.reshape(hlo.reverse(w, list(range(n))), [self.taps, self.cin, self.cout])
         return hlo.reshape(self._tap_sum(ct, windows, k, 1, element), self.x_shape)
+
+
+def centre_tap(windows: Windows, x_shape: list[int]) -> int | None:
+    """The tap whose slice of the padded input is the input itself (a SAME convolution's centre,
+    stride 1), which IREE folds to the input: the weight gradient takes it first, so that the
+    input (a copy, ``apart``) dies there instead of halfway through the taps. None if none is."""
+    if windows.output(x_shape) != list(x_shape) or any(s != 1 for s in windows.strides):
+        return None
+    for t, offset in enumerate(windows.offsets()):
+        if all(k * d == lo for k, d, (lo, _) in zip(offset, windows.dilation, windows.padding)):
+            return t
+    return None
 
 
 def apart(x: ir.Value, anchor: ir.Value) -> ir.Value:
