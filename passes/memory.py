@@ -59,11 +59,11 @@ kept, 124 MiB recomputed behind barriers, 61 MiB with this tie).
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .ir import hlo
 from .ir.regions import nested_ops
