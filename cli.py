@@ -236,7 +236,8 @@ def compile_command(
     if train is not None and wrt is None and name is not None:
         raise CLIError(training_needs_wrt(forward, name, source), USAGE)
     text = adjoints(forward, func or name, wrt, grad=grad, vjp=vjp, jvp=jvp, hessian=hessian, with_value=with_value,
-                    loop_checkpoints=loop_checkpoints, train=train, lr=lr, prox_mu=prox_mu, max_memory=max_memory)
+                    loop_checkpoints=loop_checkpoints, train=train, lr=lr, prox_mu=prox_mu, max_memory=max_memory,
+                    options=options)
     start = time.perf_counter()
     with progress(f"irgrad: compiling {source} for {options.target.value}"):
         artifact = compile_blaming(forward, text, options, cache=not no_cache)

@@ -18,6 +18,7 @@ smallest limit the refusal names. Nothing asserts a size.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -128,12 +129,14 @@ def run(args: argparse.Namespace) -> int:
             unconstrained = base["peaks_mib"][0] * MIB if args.basis == "measured" else before.peak
             limit = int(unconstrained * args.fraction)
             note = ""
+            fit = functools.partial(ig.passes.differentiate, forward, "main", with_value=True,
+                                    allocated=ig.runtime.compiler.peak_allocation)  # as irgrad compile checks it
             try:
-                fitted = ig.passes.differentiate(forward, "main", with_value=True, memory_limit=limit)
+                fitted = fit(memory_limit=limit)
             except ig.passes.MemoryLimitError as refusal:
                 note = f" refused: {refusal}; measured at that smallest limit"
                 limit = refusal.smallest
-                fitted = ig.passes.differentiate(forward, "main", with_value=True, memory_limit=limit)
+                fitted = fit(memory_limit=limit)
             after = ig.passes.estimate_peak(fitted, "main_grad")
             limited = _measure(_compile(fitted, folder / "fitted.vmfb"), npz, args.calls, args.limit)
             peak2, _ = _cell(limited)

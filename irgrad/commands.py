@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib.util
 import json
 import re
@@ -217,27 +218,29 @@ def compile_blaming(forward: str, text: str, options: runtime.CompileOptions, ca
 def adjoints(text: str, func: str | None = None, wrt: str | None = None, *, grad: bool = False, vjp: bool = False,
              with_value: bool = False, jvp: bool = False, hessian: bool = False, loop_checkpoints: str | None = None,
              train: str | None = None, lr: float | None = None, prox_mu: float | None = None,
-             max_memory: str | None = None) -> str:
+             max_memory: str | None = None, options: runtime.CompileOptions | None = None) -> str:
     """``text`` with @F_grad / @F_vjp / @F_jvp / @F_hessian / @F_train_init and @F_train_step
     added (unchanged when none is asked for). With ``prox_mu`` (FedProx, needs ``train``),
     ``@F_prox`` (``passes.proximal``) is added first and trained instead: its steps take the
     global parameters after F's arguments.
 
     ``wrt``, ``loop_checkpoints`` and ``max_memory`` are the command-line texts (``"0,2"``,
-    ``"sqrt"``, ``"64M"``: ``passes.differentiate``'s ``memory_limit``);
+    ``"sqrt"``, ``"64M"``: ``passes.differentiate``'s ``memory_limit``, each plan checked against
+    what IREE allocates for ``options``' target, by default the host CPU);
     ``with_value``, ``wrt`` and ``loop_checkpoints`` without ``grad``, ``vjp``, ``jvp`` or
     ``train`` are a usage error, and so are an unknown optimizer and ``lr`` without ``train``.
     """
     try:
         return _adjoints(text, func, wrt, grad, vjp, with_value, jvp, hessian, loop_checkpoints, train, lr, prox_mu,
-                         parse_memory(max_memory))
+                         parse_memory(max_memory), options)
     except ChoiceError as error:  # a --func or --wrt that names nothing: a bad command line
         raise CLIError(str(error), USAGE) from None
 
 
 def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: bool, with_value: bool,
               jvp: bool, hessian: bool, loop_checkpoints: str | None, train: str | None, lr: float | None,
-              prox_mu: float | None, memory_limit: int | None = None) -> str:
+              prox_mu: float | None, memory_limit: int | None = None,
+              options: runtime.CompileOptions | None = None) -> str:
     checkpoints = parse_checkpoints(loop_checkpoints)
     if prox_mu is not None:
         if train is None:
@@ -266,7 +269,9 @@ def _adjoints(text: str, func: str | None, wrt: str | None, grad: bool, vjp: boo
         return text
     return passes.differentiate(text, func, parse_wrt(wrt), grad=grad, vjp=vjp, with_value=with_value, jvp=jvp,
                                 hessian=hessian, loop_checkpoints=checkpoints, train=train, learning_rate=lr,
-                                memory_limit=memory_limit)
+                                memory_limit=memory_limit,
+                                allocated=None if memory_limit is None else functools.partial(
+                                    runtime.compiler.peak_allocation, options=options))
 
 
 def training_needs_wrt(text: str, func: str, source: str) -> str:

@@ -273,7 +273,8 @@ def _hessians(wrt: list[int], name: str):
 def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int | str] | None = None, *,
                  grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
                  hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
-                 learning_rate: float | None = None, memory_limit: int | str | None = None) -> list[str]:
+                 learning_rate: float | None = None, memory_limit: int | str | None = None,
+                 allocated: Callable[[str, str], int] | None = None) -> list[str]:
     """Add ``@F_grad`` (and/or ``@F_vjp``, ``@F_jvp``, ``@F_hessian``) for function ``func``
     to ``module`` in place.
 
@@ -290,6 +291,9 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
     ``@F_train_step`` are fitted under it by their estimated peak (``passes.memory``): loops checkpointed, then
     straight-line forward values recomputed in the backward instead of kept; a limit no plan
     meets raises ``memory.MemoryLimitError`` with the estimate and the smallest it can meet.
+    ``allocated(module_text, function)``: what the backend allocates at once for a call
+    (``runtime.compiler.peak_allocation``); given, a plan is taken only if that is within the
+    limit too (``memory.fit``).
 
     Returns the names of the added functions.
     """
@@ -316,7 +320,7 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
                 last = _build(module, before, func_op, new_name, keep, derive, lean=reverse,
                               hoist=reverse and limit is None)  # else memory.fit hoists
                 if limit is not None and reverse:
-                    last = _fitted(last, limit, functools.partial(
+                    last = _fitted(last, limit, allocated, functools.partial(
                         _build, module, before, func_op, new_name, keep,
                         _gradients(wrt, kind == "vjp", new_name, [f"d_{y}" for y in output_names(func_op)]),
                         lean=True))
@@ -334,7 +338,7 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
                                      hoist=limit is None)
             last = step()
             if limit is not None:
-                last = _fitted(last, limit, step)
+                last = _fitted(last, limit, allocated, step)
             last.attributes[training.LAYOUT_KEY] = ir.StringAttr.get(
                 training.layout(train, lr, wrt, [params[i] for i in wrt]))
             name_results(last, training.result_names(func_op, result_names(func_op), [params[i] for i in wrt],
@@ -343,9 +347,10 @@ def add_adjoints(module: ir.Module, func: str | None = None, wrt: Sequence[int |
     return added
 
 
-def _fitted(built: ir.Operation, limit: int, build: Callable[[], ir.Operation]) -> ir.Operation:
-    """``built`` fitted under ``limit`` (``memory.fit``); ``build()`` makes it again, under the
-    loop checkpoints ``memory.fit`` asks for, in place of ``built``."""
+def _fitted(built: ir.Operation, limit: int, allocated: Callable[[str, str], int] | None,
+            build: Callable[[], ir.Operation]) -> ir.Operation:
+    """``built`` fitted under ``limit`` (``memory.fit``, ``allocated`` its check); ``build()``
+    makes it again, under the loop checkpoints ``memory.fit`` asks for, in place of ``built``."""
     current = [built]
 
     def rebuild(checkpoints: Checkpoints) -> ir.Operation:
@@ -354,7 +359,7 @@ def _fitted(built: ir.Operation, limit: int, build: Callable[[], ir.Operation]) 
             current[0] = build()
         return current[0]
 
-    fitted, _ = memory.fit(built, limit, rebuild)
+    fitted, _ = memory.fit(built, limit, rebuild, allocated)
     verify(fitted, f"@{function_name(fitted)}")
     return fitted
 
@@ -385,7 +390,8 @@ def proximal(text: str | bytes, func: str | None, wrt, mu: float) -> str:
 def differentiate(text: str | bytes, func: str | None = None, wrt: Sequence[int | str] | None = None, *,
                   grad: bool = True, vjp: bool = False, with_value: bool = False, jvp: bool = False,
                   hessian: bool = False, loop_checkpoints: Checkpoints = None, train: str | None = None,
-                  learning_rate: float | None = None, memory_limit: int | str | None = None) -> str:
+                  learning_rate: float | None = None, memory_limit: int | str | None = None,
+                  allocated: Callable[[str, str], int] | None = None) -> str:
     """Text in, text out: parse a StableHLO module (text, or bytes in any form
     ``boundary.module_text`` reads) and add its derivative functions (``add_adjoints``).
     ``wrt`` holds argument indices or the names their producer gave them."""
@@ -399,7 +405,7 @@ def differentiate(text: str | bytes, func: str | None = None, wrt: Sequence[int 
     rewrite_lapack_calls(module)  # JAX's CPU cholesky / triangular_solve, as the StableHLO ops
     add_adjoints(module, func, wrt, grad=grad, vjp=vjp, with_value=with_value, jvp=jvp, hessian=hessian,
                  loop_checkpoints=loop_checkpoints, train=train, learning_rate=learning_rate,
-                 memory_limit=memory_limit)
+                 memory_limit=memory_limit, allocated=allocated)
     return module.operation.get_asm(enable_debug_info=True)
 
 

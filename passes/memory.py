@@ -58,6 +58,8 @@ kept, 124 MiB recomputed behind barriers, 61 MiB with this tie).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
 import re
@@ -433,6 +435,24 @@ def work(op: ir.Operation) -> int:
     return elements + elements * macs // _MACS_PER_UNIT
 
 
+# Whether ``rematerialize`` recomputes a segment right after the cotangent it starts from, as
+# a chain (``_recompute``'s ``chain``), or right before its first reader, tied as any copy.
+# IREE's scheduler need not keep the first's order (it may run the next cotangent's product
+# beside the chain), so the estimate can undercount it: ``fit`` chains only where it checks
+# what IREE allocates.
+_chains: contextvars.ContextVar[bool] = contextvars.ContextVar("irgrad_memory_chains", default=False)
+
+
+@contextlib.contextmanager
+def chains(on: bool = True):
+    """Within: ``rematerialize`` recomputes segments as chains (``on``) or not."""
+    token = _chains.set(on)
+    try:
+        yield
+    finally:
+        _chains.reset(token)
+
+
 def rematerialize(func_op: ir.Operation, segments: int, stride: int = 1) -> int:
     """Rewrite the gradient ``func_op`` in place to keep only its segments' checkpoints (see the
     module docstring) with the forward split in ``segments``; returns the work it recomputes
@@ -466,7 +486,13 @@ def rematerialize(func_op: ir.Operation, segments: int, stride: int = 1) -> int:
             continue
         since = [op for g in groups[k - k % stride:k + 1] for op in g]
         needed = _closure(wanted, set(since))
-        copies = _recompute(first, [op for op in since if op in needed], backward)
+        # Right after the cotangent ``first`` reads: the backward ops between it and ``first``
+        # (the next cotangent's product) then run after the recomputation, not beside it.
+        anchor = _anchor(first, backward)
+        chain = _chains.get()
+        place = _following(anchor.owner.operation, backward, ret) if chain and isinstance(anchor, ir.OpResult) \
+            else first
+        copies = _recompute(place, [op for op in since if op in needed], backward, anchor, chain=chain)
         for r in wanted:
             _redirect(r, copies[r], [u for u in bwd_users[r] if u is not ret])
         recomputed += sum(work(op) for op in needed)
@@ -487,23 +513,48 @@ def _closure(values: Sequence[ir.Value], inside: set[ir.Operation]) -> set[ir.Op
     return needed
 
 
+_VIEWS = ("stablehlo.broadcast_in_dim", "stablehlo.reshape")
+
+
+def _following(op: ir.Operation, backward: Sequence[ir.Operation], ret: ir.Operation) -> ir.Operation:
+    """The op after ``op`` in ``backward`` (``ret`` after the last). Found by ``==``: an op's
+    hash and its Python object change once its operands are redirected."""
+    k = next(i for i, b in enumerate(backward) if b == op)
+    return backward[k + 1] if k + 1 < len(backward) else ret
+
+
+def _anchor(first: ir.Operation, backward: Sequence[ir.Operation]) -> ir.Value | None:
+    """The cotangent ``first`` reads: a static float value the backward made."""
+    bwd = set(backward)
+    return next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
+                 and is_float(v) and hlo.is_static(v)), None)
+
+
 def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Sequence[ir.Operation],
-               anchor: ir.Value | None = None) -> dict[ir.Value, ir.Value]:
+               anchor: ir.Value | None = None, chain: bool = False) -> dict[ir.Value, ir.Value]:
     """Copies of ``ops`` (in order) placed before ``first``, each one that reads no copy already
     tied with its smallest float input (not a constant) tied to ``anchor`` (by default the
     cotangent ``first`` reads; ``hlo.tie``: unlike a barrier, it keeps IREE's execution region
     whole), so that every copy runs after it and none is merged back: each original result ->
     its copy. (A tie is a copy of its input: tying a chain's every input, a recomputed MLP's
     every weight, held them all at once. What is computed from constants alone is not tied: the
-    copy that reads it and a value is.)"""
+    copy that reads it and a value is.)
+
+    ``chain`` (a segment recomputed for a memory limit: a long chain of buffers of one size,
+    which IREE packs best fit in program order) ties a copy to the last copy made, so that the
+    tie's scalar lives one step rather than the whole chain, and ties the smallest input at
+    least as large as what the op makes, so that the tie's copy takes a slot the chain reuses:
+    a small copy or a long-lived scalar shifts every later buffer off the grid (a 16×1024 MLP's
+    layer recomputed from its input: 32 MiB of IREE transients for 24 live at once)."""
     if anchor is None:
-        bwd = set(backward)
-        anchor = next((v for v in first.operands if isinstance(v, ir.OpResult) and v.owner.operation in bwd
-                       and is_float(v) and hlo.is_static(v)), None)
+        anchor = _anchor(first, backward)
+    if chain:
+        ops = _as_late_as_possible(ops)
     copies: dict[ir.Value, ir.Value] = {}
     tied: dict[ir.Value, ir.Value] = {}
     after: set[ir.Value] = set()  # the originals whose copies depend on ``anchor``
     constant: set[ir.Value] = set()  # the originals computed from constants alone
+    last = anchor  # ``chain``: the last float copy made, what the next tie ties to
     for op in ops:
         inputs = _inputs(op)
         data = [v for v in inputs if v not in constant
@@ -513,9 +564,10 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
         elif anchor is not None and not any(v in after for v in inputs):
             floats = [v for v in data if _tieable(v)]
             if floats:
-                v = min(floats, key=lambda v: _nbytes(v.type)[0])
+                made = max((_nbytes(r.type)[0] for r in op.results), default=0) if chain else 0
+                v = min(floats, key=lambda v: (_nbytes(v.type)[0] < made, _nbytes(v.type)[0]))
                 with ir.InsertionPoint(first), first.location:
-                    tied[v] = hlo.tie(copies.get(v, v), anchor)
+                    tied[v] = hlo.tie(copies.get(v, v), last)
                 after.add(v)
         mapping = {**copies, **tied}
         clone = op.clone(ir.InsertionPoint(first))
@@ -529,7 +581,34 @@ def _recompute(first: ir.Operation, ops: Sequence[ir.Operation], backward: Seque
             copies[old] = new
         if any(v in after for v in inputs):
             after.update(op.results)
+            if chain and op.name not in _VIEWS:
+                last = next((c for c in clone.results if _tieable(c)), last)
     return copies
+
+
+def _as_late_as_possible(ops: Sequence[ir.Operation]) -> list[ir.Operation]:
+    """``ops`` (in an order that computes them) reordered so that each runs right before the
+    first of them that reads it, and of an op's inputs the costlier chain first: a bias broadcast
+    at the top of an exported function moves down to its layer, and its copy and tie live one
+    layer, not the whole chain."""
+    index = {r: i for i, op in enumerate(ops) for r in op.results}
+    reads = [sorted({index[v] for v in _inputs(op) if v in index}) for op in ops]
+    depth = [0] * len(ops)  # the costliest chain of ``ops`` an op reads (``work``)
+    waiting = [0] * len(ops)  # its readers not yet placed (placed from the last back)
+    for i, rs in enumerate(reads):
+        depth[i] = work(ops[i]) + max((depth[j] for j in rs), default=0)
+        for j in rs:
+            waiting[j] += 1
+    ready = sorted((i for i, n in enumerate(waiting) if not n), key=lambda i: (-depth[i], i))
+    placed: list[ir.Operation] = []
+    while ready:  # a stack: what became ready last goes right before the op that read it
+        i = ready.pop()
+        placed.append(ops[i])
+        for j in sorted(reads[i], key=lambda j: (-depth[j], j)):
+            waiting[j] -= 1
+            if not waiting[j]:
+                ready.append(j)
+    return placed[::-1]
 
 
 def _tieable(v: ir.Value) -> bool:
@@ -767,16 +846,51 @@ def _trial(func_op: ir.Operation, segments: int, stride: int = 1) -> tuple[int, 
     every ``stride``-th one's checkpoints kept, and its reductions hoisted, on a copy."""
     copy = func_op.clone(ir.InsertionPoint(func_op))
     try:
-        recomputed = rematerialize(copy, segments, stride) if segments else 0
-        if recomputed:
-            cleanup(copy)
-        hoist_reductions(copy)
+        recomputed = _apply(copy, segments, stride)
         return estimate(copy).peak, recomputed
     finally:
         copy.erase()
 
 
-def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, Plan]:
+def _apply(func_op: ir.Operation, segments: int, stride: int = 1) -> int:
+    """Rematerialize ``func_op`` in place in ``segments`` (0: not) every ``stride``-th one's
+    checkpoints kept, and hoist its reductions; the work recomputed."""
+    recomputed = rematerialize(func_op, segments, stride) if segments else 0
+    if recomputed:
+        cleanup(func_op)
+    hoist_reductions(func_op)
+    return recomputed
+
+
+class _Allocations:
+    """``fit``'s check of a plan against what the backend allocates for it (``allocated``:
+    the bytes a call of a module's function allocates at once, or None: the estimate alone
+    decides); ``seen``: (allocated, estimated) of each plan checked."""
+
+    def __init__(self, allocated, limit: int) -> None:
+        self.allocated, self.limit, self.seen = allocated, limit, {}
+
+    def hold(self, func_op: ir.Operation, segments: int = 0, stride: int = 1) -> bool:
+        """Whether ``func_op`` so planned (``_apply``) allocates at most the limit."""
+        if self.allocated is None or _has_calls(func_op):  # a call's callees are not in the copy
+            return True
+        if (segments, stride) not in self.seen:
+            copy = func_op.clone(ir.InsertionPoint(func_op))
+            try:
+                _apply(copy, segments, stride)
+                text, peak = f"module {{\n{copy}\n}}\n", estimate(copy).peak
+            finally:
+                copy.erase()
+            name = ir.StringAttr(func_op.attributes["sym_name"]).value
+            self.seen[(segments, stride)] = (self.allocated(text, name), peak)
+        return self.seen[(segments, stride)][0] <= self.limit
+
+    def smallest(self) -> int | None:
+        """The least limit a plan checked meets, by the estimate and as allocated."""
+        return min((max(pair) for pair in self.seen.values()), default=None)
+
+
+def fit(func_op: ir.Operation, limit: int, rebuild=None, allocated=None) -> tuple[ir.Operation, Plan]:
     """Fit the gradient ``func_op`` under ``limit`` bytes (estimated): as it is if it fits; else
     with its loops checkpointed (``rebuild(checkpoints)`` builds it again that way, replacing
     ``func_op``; it returns the new op), else with its reductions hoisted (``hoist_reductions``:
@@ -784,23 +898,39 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     that fits recomputing the least work (``work``: a contraction weighs its multiply-adds, so
     cheap ops are recomputed first); where none fits, the same with fewer checkpoints kept (every
     2nd, 4th, ... segment's, down to none: segments recomputed from further back, at a cost
-    quadratic in the stride). Raises MemoryLimitError when no plan fits."""
+    quadratic in the stride). Raises MemoryLimitError when no plan fits.
+
+    ``allocated(module_text, function)``, when given, is what the backend allocates at once for a
+    call (``runtime.compiler.peak_allocation``): a plan is taken only if that is within the limit
+    too (the estimate follows the op order, IREE's scheduler and its best-fit packing of
+    transients decide): the cheapest of those that fit the estimate that does; when none does,
+    the refusal names the least limit a plan checked meets both ways, the plan of the least
+    estimate among them, so that the limit it names is met. With it, segments are recomputed as
+    chains (``chains``), which the check confirms or not."""
+    with chains(allocated is not None):
+        return _fit(func_op, limit, rebuild, _Allocations(allocated, limit))
+
+
+def _fit(func_op: ir.Operation, limit: int, rebuild, checks: _Allocations) -> tuple[ir.Operation, Plan]:
     first = estimate(func_op)
-    if first.peak <= limit:
+    if first.peak <= limit and checks.hold(func_op):
         hoist_reductions(func_op)
         return func_op, Plan(0, 0, None, estimate(func_op))
     checkpoints = given = checkpoints_in_force()
     if rebuild is not None and given != "sqrt" and _has_loops(func_op):
         func_op = rebuild("sqrt")
+        checks.seen.clear()  # checked as the function was
         looped = estimate(func_op)
-        if looped.peak <= limit:
-            return func_op, Plan(0, 0, "sqrt", looped)
+        if looped.peak <= limit and checks.hold(func_op):
+            hoist_reductions(func_op)
+            return func_op, Plan(0, 0, "sqrt", estimate(func_op))
         if looped.peak < first.peak:
             checkpoints = "sqrt"
         else:  # checkpoints save nothing here (a short loop, an unrolled one): as it was
             func_op = rebuild(given)
+            checks.seen.clear()
     hoisted, _ = _trial(func_op, 0)
-    if hoisted <= limit:
+    if hoisted <= limit and checks.hold(func_op):
         hoist_reductions(func_op)
         return func_op, Plan(0, 0, checkpoints, estimate(func_op))
     counts = candidate_segments(func_op)
@@ -808,18 +938,21 @@ def fit(func_op: ir.Operation, limit: int, rebuild=None) -> tuple[ir.Operation, 
     fitting = [(recomputed, peak, plan) for plan, (peak, recomputed) in trials.items() if recomputed and peak <= limit]
     if not fitting:  # fewer checkpoints: longer recomputations
         fitting = _fewer_checkpoints(func_op, limit, counts, trials)
-    if not fitting:
-        smallest = min([first.peak, estimate(func_op).peak, hoisted, *(peak for peak, _ in trials.values())])
+    held = next((plan for _, _, plan in sorted(fitting) if checks.hold(func_op, *plan)), None)
+    if held is None:
+        planned = {(0, 1): hoisted, **{plan: peak for plan, (peak, recomputed) in trials.items() if recomputed}}
+        least = min(planned, key=planned.get)
+        checks.hold(func_op, *least)  # so that the limit named is one that plan meets as allocated
+        smallest = checks.smallest() or min([first.peak, estimate(func_op).peak, *planned.values()])
+        named = human(smallest, up=True) + (" as allocated" if checks.seen else "")
         raise MemoryLimitError(
             f"memory limit {human(limit)} cannot be met by @{first.function}: its estimated peak is "
-            f"{human(first.peak)}, " + (f"and rematerialization brings it down to {human(smallest, up=True)} at the "
-                                        "least (the smallest limit it can meet)" if smallest < first.peak else
+            f"{human(first.peak)}, " + (f"and rematerialization brings it down to {named} "
+                                        "at the least (the smallest limit it can meet)" if smallest < first.peak else
                                         "which neither checkpointing nor recomputation lowers (the smallest limit "
-                                        "it can meet)"), first.peak, smallest)
-    _, _, (segments, stride) = min(fitting)
-    recomputed = rematerialize(func_op, segments, stride)
-    cleanup(func_op)
-    hoist_reductions(func_op)
+                                        f"it can meet: {named})"), first.peak, smallest)
+    segments, stride = held
+    recomputed = _apply(func_op, segments, stride)
     return func_op, Plan(segments, recomputed, checkpoints, estimate(func_op), stride)
 
 

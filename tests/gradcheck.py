@@ -98,11 +98,12 @@ def check_vjp(forward: Callable[..., list[np.ndarray]], vjp: Callable[..., list[
 
 
 def check_module(text: str, args: Sequence[np.ndarray], *, func: str | None = None, jvp: bool = True,
-                 loop_checkpoints=None, memory_limit=None, **kw) -> str:
+                 loop_checkpoints=None, memory_limit=None, allocated=None, **kw) -> str:
     """Differentiate StableHLO ``text`` with the module-level pass (``loop_checkpoints`` and
-    ``memory_limit`` passed on) and check its @F_vjp and (``jvp``) its @F_jvp."""
+    ``memory_limit`` and ``allocated`` passed on) and check its @F_vjp and (``jvp``) its @F_jvp."""
     module_text = passes.differentiate(text, func, vjp=True, grad=False, with_value=True, jvp=jvp,
-                                       loop_checkpoints=loop_checkpoints, memory_limit=memory_limit)
+                                       loop_checkpoints=loop_checkpoints, memory_limit=memory_limit,
+                                       allocated=allocated)
     # Keep the parsed module alive while reading its function: ops do not own their module.
     parsed = passes.parse_module(text)
     name = func or passes.function_name(passes.find_function(parsed, None))

@@ -5,6 +5,7 @@ structure and that a limit changes the plan; memory itself is measured by
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import irgrad as ig
 from irgrad import passes
 from irgrad.cli import app
 from irgrad.passes import memory
+from irgrad.passes.ir.mlir import ir
 from irgrad.passes.lowering import choices
 
 from gradcheck import check_module
@@ -192,15 +194,19 @@ def test_segments_follow_the_forward():
         assert [len(g) for g in groups] == [4, 4, 4, 4]
 
 
-def test_fewer_checkpoints_recompute_from_further_back():
+@pytest.mark.parametrize("chains", [True, False], ids=["chains", "first-reader"])
+def test_fewer_checkpoints_recompute_from_further_back(chains):
     """Hand-derived: a layer a segment. Every segment's checkpoint kept (stride 1), each layer's
     activation is one, and nothing is recomputed. Every 2nd kept: the activations of layers 0,
     2, 4, 6 are recomputed, one layer each. None kept: layer k's activation is recomputed from x,
     k + 1 layers (the last one's is read where the backward starts: kept), and each recomputation
-    ties its first product's weight alone (one ``is_finite`` each), not every input it reads."""
-    for stride, tanh, ties in ((1, 0, 0), (2, 4, 4), (LAYERS, sum(range(1, LAYERS)), LAYERS - 1)):
+    ties one input of its first product alone (one ``is_finite`` each), not every input it reads:
+    as a chain (``memory.chains``), the activation, the input as large as what the product makes
+    (x where it starts from x); placed before its first reader, the smallest, the weight."""
+    cases = ((1, 0, 0, 0), (2, 4, 4, 1), (LAYERS, sum(range(1, LAYERS)), LAYERS - 1, LAYERS - 1))
+    for stride, tanh, ties, from_x in cases:
         module = passes.parse_module(passes.differentiate(mlp()))
-        with module.context:
+        with module.context, memory.chains(chains):
             func = passes.find_function(module, "mlp_grad")
             forward, _ = memory._forward_backward(func)
             assert [len(g) for g in memory.segment_ops(forward, LAYERS)] == [2] * LAYERS  # a dot_general, a tanh
@@ -209,6 +215,89 @@ def test_fewer_checkpoints_recompute_from_further_back():
             text = str(func)
         assert text.count("stablehlo.tanh") == LAYERS + tanh, stride
         assert text.count("stablehlo.is_finite") == ties, stride
+        assert len(re.findall(r"stablehlo\.add %arg0, ", text)) == (from_x if chains else 0), stride  # x tied
+
+
+def test_a_chain_ties_each_layer_to_the_product_before_it():
+    """Hand-derived, an MLP whose biases are broadcast at the top (as JAX exports them), nothing
+    kept: as a chain, each recomputed layer's bias moves down to its layer and is tied to that
+    layer's product (an ``is_finite`` of its own per recomputed layer), and each chain ties x
+    once; placed before the first reader, every tie of a chain shares the cotangent's one
+    scalar (one ``is_finite`` a chain), which then lives through the whole chain."""
+    def recomputed(chains: bool) -> tuple[int, int, int]:
+        module = passes.parse_module(passes.differentiate(mlp(bias=True)))
+        with module.context, memory.chains(chains):
+            func = passes.find_function(module, "mlp_grad")
+            memory.rematerialize(func, LAYERS, LAYERS)
+            memory.cleanup(func)
+            text = str(func)
+        return (text.count("stablehlo.tanh") - LAYERS, text.count("stablehlo.is_finite"),
+                len(re.findall(r"stablehlo\.add %arg0, ", text)))
+
+    layers, ties, chains = recomputed(True)
+    assert layers and chains and ties == layers + chains
+    assert recomputed(False) == (layers, chains, 0)
+
+
+def test_chains_recompute_a_resnet_block_the_same():
+    """JAX's ResNet block (convolutions, batch norms, a residual; the fixture at batch 2), the
+    fewest and the most segments tried, each with no checkpoint kept (every segment recomputed from the
+    arguments, as chains): the backward's cotangents read recomputed values, and the chains
+    start after them; each plan verifies, and computes the unconstrained gradient's values."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "fixtures" / "resnet_block_jax.mlir").read_text()
+    free = passes.differentiate(text, with_value=True)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(a.shape).astype(np.float32) for a in ig.runtime.parse_signatures(free)["main"].inputs]
+    want = ig.compile(free).load()["main_grad"].call_flat(*args)
+    module = passes.parse_module(free)
+    with module.context, memory.chains():
+        func = passes.find_function(module, "main_grad")
+        counts = memory.candidate_segments(func)
+        plans = [(counts[0], counts[0]), (counts[-1], counts[-1])]  # the fewest segments, the most
+        for segments, stride in plans:
+            copy = func.clone(ir.InsertionPoint(func))
+            assert memory.rematerialize(copy, segments, stride) > 0, segments
+            memory.cleanup(copy)
+            passes.verify(copy, "main_grad")
+            got = ig.compile(f"module {{\n{copy}\n}}\n").load()["main_grad"].call_flat(*args)
+            for a, b in zip(want, got):
+                np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-4, atol=2e-5)
+            copy.erase()
+
+
+def test_a_plan_is_taken_only_if_iree_allocates_within_the_limit():
+    """``allocated`` (``runtime.compiler.peak_allocation``, what IREE's host program allocates
+    at once; ``irgrad grad|compile --max-memory`` pass it), with which segments are recomputed
+    as chains (``memory.chains``): the estimate follows the op order, IREE's scheduler and its
+    best-fit pack decide. This MLP (biases broadcast at the top): the smallest limit named is
+    one IREE meets; the plan taken there is estimated below what IREE allocates for it (49.3
+    against 57 KiB), and a limit at its estimate is refused, naming more; its gradients hold."""
+    from hostprogram import peak_allocation
+
+    def fitted(limit) -> str:
+        return passes.differentiate(mlp(bias=True), memory_limit=limit, allocated=peak_allocation)
+
+    with pytest.raises(passes.MemoryLimitError) as caught:
+        fitted("1K")
+    named = caught.value.smallest
+    assert "as allocated" in str(caught.value)
+    assert named < passes.estimate_peak(passes.differentiate(mlp(bias=True)), "mlp_grad").peak
+    taken = fitted(named)
+    estimated, allocated = passes.estimate_peak(taken, "mlp_grad").peak, peak_allocation(taken, "mlp_grad")
+    assert estimated < allocated <= named
+    with pytest.raises(passes.MemoryLimitError) as caught:
+        fitted(estimated)  # the estimate alone would take it
+    assert caught.value.smallest > estimated
+    with pytest.raises(passes.MemoryLimitError) as caught:  # check_module's @mlp_vjp: its own limit
+        passes.differentiate(mlp(bias=True), vjp=True, grad=False, with_value=True, memory_limit="1K",
+                             allocated=peak_allocation)
+    named = caught.value.smallest
+    text = check_module(mlp(bias=True), _args(bias=True), memory_limit=named, allocated=peak_allocation, jvp=False)
+    assert peak_allocation(text, "mlp_vjp") <= named
+    with pytest.raises(ValueError, match="no public function @mlp_hessian"):
+        peak_allocation(text, "mlp_hessian")
 
 
 def test_a_copy_of_a_chain_from_a_constant_is_tied_where_it_reads_a_value():
